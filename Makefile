@@ -1,0 +1,54 @@
+# sickbay — every target sets up what it needs (venv, jars, Slurm packages) on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## Show the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP) ## Create .venv and install sickbay with its dev tools
+
+dev-up: venv ## Start real Kafka (KRaft) and Slurm (slurmctld + 4 slurmd), create topics
+	SICKBAY_PYTHON=$(PY) bash deploy/local/stack.sh up
+
+dev-down: ## Stop the local stack
+	SICKBAY_PYTHON=$(PY) bash deploy/local/stack.sh down
+
+dev-status: ## Show the local stack
+	SICKBAY_PYTHON=$(PY) bash deploy/local/stack.sh status
+
+demo: venv ## One GPU fault end to end on real Kafka, Faust, Slurm and ClickHouse (chdb)
+	$(VENV)/bin/sickbay demo
+
+test: venv ## Lint, type-check and run every test (starts the local stack when needed)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy schemas streams connectors
+	SICKBAY_PYTHON=$(PY) $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test-unit: venv ## Only the tests that need no running component
+	$(VENV)/bin/pytest -m "not integration and not e2e" $(PYTEST_ARGS)
+
+lint: venv ## ruff + mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check . || true
+	$(VENV)/bin/mypy schemas streams connectors
+
+bench: venv ## Run the benchmarks, append to benchmarks/RESULTS.md
+	$(PY) -m benchmarks.fault_to_drain
+
+clean: ## Remove the venv and local state (keeps the download cache)
+	-bash deploy/local/stack.sh down
+	rm -rf $(VENV) .cache/stack
+
+.PHONY: help venv dev-up dev-down dev-status demo test test-unit lint bench clean

@@ -1,0 +1,1 @@
+"""Connectors: sources (collectors → raw topics), actuators (actions → schedulers), sinks (→ ClickHouse)."""

@@ -1,0 +1,1 @@
+"""Actuators: adapters that carry action intents out on a scheduler and report the results."""

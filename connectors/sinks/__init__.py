@@ -1,0 +1,1 @@
+"""Sinks: topics → ClickHouse (embedded chdb by default, or a server)."""

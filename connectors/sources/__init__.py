@@ -1,0 +1,1 @@
+"""Sources: collectors that put records on the raw topics."""

@@ -1,0 +1,44 @@
+"""sickbay's wire contracts: every record that crosses a process or topic boundary.
+
+This package imports nothing else of sickbay's, so producers written in any
+component (or another language, through the exported JSON Schema) share one
+definition of each record.
+"""
+
+from schemas.actions import Action, ActionKind, ActionResult, ActionStatus, CommandRun, Mode
+from schemas.audit import AuditRecord
+from schemas.base import Contract
+from schemas.deadletter import DeadLetter
+from schemas.incidents import Category, Culprit, Evidence, Incident, IncidentStatus, RootCause, Symptom
+from schemas.raw import FluentBitRecord, LogLine, SickbayLineRecord, VectorRecord
+from schemas.signals import JobNodeAssignment, Role, Signal, SourceRef
+from schemas.topics import TopicCatalog, TopicSpec
+
+__all__ = [
+    "Action",
+    "ActionKind",
+    "ActionResult",
+    "ActionStatus",
+    "AuditRecord",
+    "Category",
+    "CommandRun",
+    "Contract",
+    "Culprit",
+    "DeadLetter",
+    "Evidence",
+    "FluentBitRecord",
+    "Incident",
+    "IncidentStatus",
+    "JobNodeAssignment",
+    "LogLine",
+    "Mode",
+    "Role",
+    "RootCause",
+    "SickbayLineRecord",
+    "Signal",
+    "SourceRef",
+    "Symptom",
+    "TopicCatalog",
+    "TopicSpec",
+    "VectorRecord",
+]

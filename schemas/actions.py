@@ -1,0 +1,74 @@
+"""Actions are intents; results are facts.
+
+The decide step publishes :class:`Action` records with an idempotency key and a
+mode; adapters execute them (or, in observe mode, only record what they would
+do) and publish :class:`ActionResult`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from schemas.base import Contract, UtcDatetime
+
+
+class Mode(StrEnum):
+    OBSERVE = "observe"  # record what would be done; execute nothing
+    ACT = "act"
+
+
+class ActionKind(StrEnum):
+    DRAIN_NODE = "drain_node"
+    REQUEUE_JOB = "requeue_job"
+
+
+class ActionStatus(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DRY_RUN = "dry_run"  # observe mode: validated, not executed
+    CONVERGED = "converged"  # the scheduler already shows the wanted state
+    REJECTED = "rejected"  # refused by a safety check in the adapter
+
+
+class Action(Contract):
+    action_id: str
+    idempotency_key: str
+    kind: ActionKind
+    mode: Mode
+    dry_run: bool
+    scheduler: Literal["slurm", "kubernetes"] = "slurm"
+    cluster: str
+    incident_id: str
+    incident_revision: int = Field(ge=1)
+    job_id: str | None = None
+    node: str | None = None
+    exclude_nodes: list[str] = Field(default_factory=list)
+    reason: str = Field(min_length=1, max_length=256)
+    created_at: UtcDatetime
+
+
+class CommandRun(Contract):
+    """One scheduler command as executed: argv (never a shell string) and what it said."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+    duration_s: float = 0.0
+
+
+class ActionResult(Contract):
+    action_id: str
+    idempotency_key: str
+    kind: ActionKind
+    status: ActionStatus
+    adapter: str
+    cluster: str
+    incident_id: str
+    started_at: UtcDatetime
+    finished_at: UtcDatetime
+    commands: list[CommandRun] = Field(default_factory=list)
+    detail: str = ""

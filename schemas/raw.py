@@ -1,0 +1,100 @@
+"""Raw log records exactly as the log shippers operators already run write them to Kafka.
+
+Each shipper gets its own model (shape detected by keys, never by topic name) and
+all of them normalise to one :class:`LogLine`. Unknown extra keys are kept
+(``extra="allow"``): shippers add fields through filters and we must not reject them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.base import Contract, UtcDatetime
+
+Adapter = Literal["fluentbit", "vector", "plain", "sickbay"]
+
+
+class _ShipperModel(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class FluentBitKubernetes(_ShipperModel):
+    """The map Fluent Bit's ``kubernetes`` filter adds; ``host`` is the node name."""
+
+    host: str | None = None
+    pod_name: str | None = None
+    namespace_name: str | None = None
+    container_name: str | None = None
+    labels: dict[str, Any] = Field(default_factory=dict)
+    annotations: dict[str, Any] = Field(default_factory=dict)
+
+
+class FluentBitRecord(_ShipperModel):
+    """Fluent Bit ``kafka`` output, ``format json``.
+
+    ``@timestamp`` is epoch seconds as a float by default (``timestamp_format
+    double``) or ISO 8601; ``log`` is the line (it may still carry a CRI prefix when
+    no CRI parser ran). ``hostname``/``host`` come from a ``record_modifier`` filter
+    on bare-metal nodes; ``filename``/``file`` from the tail input's ``Path_Key``.
+    """
+
+    log: str
+    timestamp: float | datetime | None = Field(default=None, alias="@timestamp")
+    time: float | datetime | None = None
+    stream: str | None = None
+    hostname: str | None = None
+    host: str | None = None
+    filename: str | None = None
+    file: str | None = None
+    kubernetes: FluentBitKubernetes | None = None
+
+
+class VectorKubernetes(_ShipperModel):
+    pod_name: str | None = None
+    pod_namespace: str | None = None
+    pod_node_name: str | None = None
+    container_name: str | None = None
+    pod_labels: dict[str, Any] = Field(default_factory=dict)
+    pod_annotations: dict[str, Any] = Field(default_factory=dict)
+
+
+class VectorRecord(_ShipperModel):
+    """Vector ``kafka`` sink with ``encoding.codec = "json"`` (file, journald, syslog,
+    kubernetes_logs sources): ``message``, RFC 3339 ``timestamp``, ``host``, ``source_type``."""
+
+    message: str
+    timestamp: datetime | None = None
+    host: str | None = None
+    source_type: str | None = None
+    file: str | None = None
+    stream: str | None = None
+    kubernetes: VectorKubernetes | None = None
+
+
+class SickbayLineRecord(Contract):
+    """What ``sickbay collect file`` writes for a plain text line it tails itself."""
+
+    line: str
+    host: str | None = None
+    file: str | None = None
+    line_no: int | None = None
+    time: UtcDatetime | None = None
+    job_id: str | None = None
+
+
+class LogLine(Contract):
+    """One log line, normalised from any shipper shape: the extractor's only input."""
+
+    text: str
+    adapter: Adapter
+    host: str | None = None
+    event_time: UtcDatetime | None = None
+    job_id: str | None = None
+    file: str | None = None
+    stream: str | None = None
+    pod: str | None = None
+    namespace: str | None = None
+    container: str | None = None

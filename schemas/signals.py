@@ -1,0 +1,74 @@
+"""Typed signals: what a deterministic rule found in one raw record."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from schemas.base import Contract, UtcDatetime
+from schemas.incidents import Category
+
+AttrValue = str | int | float | bool | list[str]
+
+
+class Role(StrEnum):
+    """How a signal may take part in attribution (NVRx's registry roles, plus ours)."""
+
+    ROOT_CANDIDATE = "root_candidate"
+    CASCADE = "cascade"
+    CONFIRMATION = "confirmation"
+    HINT = "hint"  # diagnostic advice text: never a root
+    TOPOLOGY = "topology"  # scheduler facts: which job runs where
+    PROGRESS = "progress"
+
+
+class SourceRef(Contract):
+    """Where the evidence came from, precise enough to find the original bytes again."""
+
+    kind: Literal["kernel", "training", "scheduler", "telemetry", "other"] = "other"
+    adapter: str | None = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    file: str | None = None
+    line: int | None = None
+
+
+class Signal(Contract):
+    """A fact extracted from a record, keyed for the topology joins.
+
+    ``signal_id`` is deterministic (source position + rule), so a replayed record
+    yields the same id and downstream state can drop the duplicate.
+    """
+
+    signal_id: str
+    rule: str
+    role: Role
+    category: Category | None = None
+    summary: str
+    event_time: UtcDatetime
+    observed_time: UtcDatetime
+    node: str | None = None
+    job_id: str | None = None
+    rank: int | None = None
+    gpu: str | None = None
+    attrs: dict[str, AttrValue] = Field(default_factory=dict)
+    restartable: bool | None = None
+    isolation: Literal["none", "gpu", "node", "link"] = "none"
+    decisive: bool = False
+    text: str = Field(max_length=4096)
+    source: SourceRef = Field(default_factory=SourceRef)
+    routed: bool = False  # a copy re-keyed from a node onto one of its jobs
+
+
+class JobNodeAssignment(Contract):
+    """Topology on the node-keyed side: this node serves (or stopped serving) this job attempt."""
+
+    node: str
+    job_id: str
+    attempt: int = Field(ge=1)
+    state: Literal["assigned", "released"]
+    event_time: UtcDatetime
+    cluster: str = "default"

@@ -1,0 +1,136 @@
+"""The one topic catalog: names, keys, partitions and retention for every topic.
+
+Every producer, agent, adapter and test takes topic names from here. Topics are
+created up front with explicit partition counts; nothing relies on broker
+auto-creation (which would give Faust a ``PartitionsMismatch``).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DAY_MS = 24 * 3600 * 1000
+
+
+class TopicSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    key: str  # what the record key holds, which decides the partition
+    value: str  # the contract on the value
+    partitions: int = Field(ge=1)
+    retention_ms: int = 7 * DAY_MS
+    compacted: bool = False
+    faust_source: bool = False  # read by a Faust agent: partitions must equal faust's topic_partitions
+    description: str = ""
+
+    def config(self) -> dict[str, str]:
+        cfg = {"retention.ms": str(self.retention_ms)}
+        if self.compacted:
+            cfg["cleanup.policy"] = "compact"
+        return cfg
+
+
+class TopicCatalog:
+    """All of sickbay's topics under one prefix (a prefix per test keeps tests apart)."""
+
+    def __init__(self, prefix: str = "sickbay", partitions: int = 4) -> None:
+        self.prefix = prefix
+        self.partitions = partitions
+        p = partitions
+        self.raw_logs = TopicSpec(
+            name=f"{prefix}.raw.logs",
+            key="host",
+            value="shipper record (bytes, unchanged)",
+            partitions=p,
+            faust_source=True,
+            description="Records exactly as Fluent Bit, Vector, rsyslog or sickbay's collector wrote them",
+        )
+        self.signals_node = TopicSpec(
+            name=f"{prefix}.signals.node",
+            key="node",
+            value="Signal",
+            partitions=p,
+            faust_source=True,
+            description="Node facts with no job yet (kernel Xid, ECC, ...)",
+        )
+        self.topology_node = TopicSpec(
+            name=f"{prefix}.topology.node",
+            key="node",
+            value="JobNodeAssignment",
+            partitions=p,
+            faust_source=True,
+            description="Which job attempts each node serves",
+        )
+        self.signals_job = TopicSpec(
+            name=f"{prefix}.signals.job",
+            key="job_id",
+            value="Signal",
+            partitions=p,
+            faust_source=True,
+            description="Job facts: training logs, scheduler events and node facts routed to their jobs",
+        )
+        self.ticks_job = TopicSpec(
+            name=f"{prefix}.control.ticks",
+            key="job_id",
+            value="{job_id, at}",
+            partitions=p,
+            faust_source=True,
+            retention_ms=3600 * 1000,
+            description="Timer ticks re-entering the job stream (Faust tables change only inside a stream)",
+        )
+        self.incidents = TopicSpec(
+            name=f"{prefix}.incidents",
+            key="job_id",
+            value="Incident",
+            partitions=p,
+            faust_source=True,
+            retention_ms=30 * DAY_MS,
+            description="Versioned incidents (highest revision wins)",
+        )
+        self.actions = TopicSpec(
+            name=f"{prefix}.actions",
+            key="job_id",
+            value="Action",
+            partitions=p,
+            retention_ms=30 * DAY_MS,
+            description="Intents for the scheduler adapters",
+        )
+        self.action_results = TopicSpec(
+            name=f"{prefix}.action-results",
+            key="action_id",
+            value="ActionResult",
+            partitions=p,
+            retention_ms=30 * DAY_MS,
+            description="What the adapters did",
+        )
+        self.audit = TopicSpec(
+            name=f"{prefix}.audit",
+            key="incident_id",
+            value="AuditRecord",
+            partitions=p,
+            retention_ms=90 * DAY_MS,
+            description="Full audit trail",
+        )
+        self.dlq = TopicSpec(
+            name=f"{prefix}.dlq",
+            key="stage",
+            value="DeadLetter",
+            partitions=1,
+            retention_ms=30 * DAY_MS,
+            description="Records a stage refused, with the reason and original bytes",
+        )
+
+    def all(self) -> list[TopicSpec]:
+        return [
+            self.raw_logs,
+            self.signals_node,
+            self.topology_node,
+            self.signals_job,
+            self.ticks_job,
+            self.incidents,
+            self.actions,
+            self.action_results,
+            self.audit,
+            self.dlq,
+        ]

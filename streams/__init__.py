@@ -1,0 +1,1 @@
+"""sickbay's processing: extract → correlate → decide, as pure engines plus Faust agents."""

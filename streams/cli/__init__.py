@@ -1,0 +1,1 @@
+"""The ``sickbay`` command line: wiring only; the work lives in the stages and connectors."""

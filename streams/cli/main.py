@@ -1,0 +1,220 @@
+"""``sickbay``: run any role (worker, collectors, adapters, sink), query the store, manage the dev stack."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from streams.settings import REPO_ROOT, Settings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+collect_app = typer.Typer(no_args_is_help=True, help="Collectors: put records on the raw topics.")
+adapter_app = typer.Typer(no_args_is_help=True, help="Scheduler adapters: carry out actions.")
+sink_app = typer.Typer(no_args_is_help=True, help="Sinks: topics into ClickHouse.")
+dev_app = typer.Typer(no_args_is_help=True, help="The local stack: real Kafka and Slurm on this host.")
+topics_app = typer.Typer(no_args_is_help=True, help="The topic catalog.")
+app.add_typer(collect_app, name="collect")
+app.add_typer(adapter_app, name="adapter")
+app.add_typer(sink_app, name="sink")
+app.add_typer(dev_app, name="dev")
+app.add_typer(topics_app, name="topics")
+
+
+def _logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.secho(f"sickbay: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+@topics_app.command("create")
+def topics_create() -> None:
+    """Create every catalog topic with its partition count (idempotent)."""
+    from connectors.kafka import KafkaUnavailable, ensure_topics, wait_for_broker
+
+    s = Settings()
+    try:
+        wait_for_broker(s.kafka_bootstrap, 30)
+        created = ensure_topics(s.kafka_bootstrap, s.topics.all(), s.replication_factor)
+    except (KafkaUnavailable, RuntimeError) as exc:
+        _fail(str(exc))
+    typer.echo(f"topics ready ({len(created)} created) on {s.kafka_bootstrap}")
+
+
+@topics_app.command("list")
+def topics_list() -> None:
+    """Show the catalog: name, key, partitions, retention."""
+    for spec in Settings().topics.all():
+        typer.echo(
+            f"{spec.name:32} key={spec.key:10} partitions={spec.partitions:<3} "
+            f"retention={spec.retention_ms // 3_600_000}h  {spec.description}"
+        )
+
+
+@app.command()
+def worker(loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "info") -> None:
+    """Run the Faust worker (extract, route, correlate, decide)."""
+    from streams.worker import app as faust_app
+
+    sys.argv = ["sickbay-worker", "worker", "-l", loglevel]
+    if not Settings().faust_web_enabled:
+        sys.argv.append("--without-web")
+    faust_app.main()
+
+
+@collect_app.command("file")
+def collect_file(
+    paths: Annotated[list[str], typer.Argument(help="files, or - for stdin")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep tailing")] = False,
+    host: Annotated[str | None, typer.Option(help="host of plain lines (default: none)")] = None,
+    job: Annotated[str | None, typer.Option(help="job id of plain lines")] = None,
+    from_end: Annotated[bool, typer.Option(help="with --follow, skip what is already there")] = False,
+    stop_after: Annotated[float | None, typer.Option(help="with --follow, stop after N seconds")] = None,
+) -> None:
+    """Lines from files or stdin → raw-logs. Shipper JSON records pass through unchanged."""
+    from connectors.kafka import ReliableProducer
+    from connectors.sources.files import LineSink, collect_once
+    from connectors.sources.files import follow as tail
+
+    s = Settings()
+    _logging(s)
+    missing = [p for p in paths if p != "-" and not follow and not Path(p).is_file()]
+    if missing:
+        _fail(f"no such file: {', '.join(missing)}")
+    producer = ReliableProducer(s.kafka_bootstrap, f"sickbay-collect-{host or 'file'}", linger_ms=5)
+    sink = LineSink(producer, s.topics.raw_logs.name, host, job)
+    if follow:
+        tail(sink, paths, from_start=not from_end, stop_after_s=stop_after)
+    else:
+        collect_once(sink, paths)
+    left = producer.flush(30)
+    st = sink.stats
+    typer.echo(
+        f"collected {st.lines} lines ({st.forwarded_json} shipper records, {st.wrapped_plain} plain) "
+        f"→ {s.topics.raw_logs.name}; delivered {producer.delivered}, failed {producer.failed}",
+        err=True,
+    )
+    if left or producer.failed:
+        _fail(f"{left + producer.failed} records were not delivered: {producer.last_error}", 1)
+
+
+@adapter_app.command("slurm")
+def adapter_slurm(
+    idle_exit: Annotated[float | None, typer.Option(help="exit after N idle seconds")] = None,
+) -> None:
+    """Execute actions on Slurm with scontrol; publish results and audit records."""
+    from connectors.actuators.runner import run_adapter
+    from connectors.actuators.slurm_adapter import SlurmAdapter
+    from connectors.actuators.slurm_cli import SlurmCli
+
+    s = Settings()
+    _logging(s)
+    n = run_adapter(
+        s.kafka_bootstrap,
+        s.topics,
+        SlurmAdapter(SlurmCli(s.slurm_conf)),
+        s.cluster,
+        group_id=f"{s.topic_prefix}-adapter-slurm",
+        idle_exit_s=idle_exit,
+    )
+    typer.echo(f"adapter slurm: handled {n} actions", err=True)
+
+
+@sink_app.command("clickhouse")
+def sink_clickhouse(
+    idle_exit: Annotated[float | None, typer.Option(help="exit after N idle seconds")] = None,
+) -> None:
+    """Write signals, incidents, actions, results, audit and dead letters to ClickHouse."""
+    from connectors.sinks.sink import run_sink
+
+    s = Settings()
+    _logging(s)
+    stats = run_sink(
+        s.kafka_bootstrap,
+        s.clickhouse_dsn,
+        s.clickhouse_database,
+        s.topics,
+        group_id=f"{s.topic_prefix}-sink",
+        idle_exit_s=idle_exit,
+    )
+    typer.echo(
+        f"sink: consumed {stats.consumed}, written {stats.written}, dead-lettered {stats.dead_lettered}",
+        err=True,
+    )
+
+
+@app.command()
+def query(
+    sql: Annotated[str, typer.Argument(help="SQL; the database is SICKBAY_CLICKHOUSE_DATABASE")],
+    fmt: Annotated[str, typer.Option("--format", help="table or json")] = "table",
+) -> None:
+    """Run one SQL query on sickbay's ClickHouse store (embedded or server) and print the rows."""
+    from connectors.sinks.clickhouse_schema import get_client, migrate
+    from schemas import codec
+
+    s = Settings()
+    client = get_client(s.clickhouse_dsn)
+    migrate(client, s.clickhouse_database)
+    result = client.query(sql.replace("{db}", s.clickhouse_database))
+    names = list(result.column_names)
+    if fmt == "json":
+        for row in result.result_rows:
+            typer.echo(codec.dumps(dict(zip(names, row, strict=True))).decode())
+        return
+    rendered = [[str(v) for v in row] for row in result.result_rows]
+    widths = [max([len(n), *(len(r[i]) for r in rendered)]) for i, n in enumerate(names)]
+    typer.echo("  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)))
+    for r in rendered:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+
+
+def _stack(*args: str) -> None:
+    script = REPO_ROOT / "deploy" / "local" / "stack.sh"
+    if not script.is_file():
+        _fail(f"{script} not found: `sickbay dev` needs a source checkout")
+    raise typer.Exit(subprocess.call(["bash", str(script), *args]))
+
+
+@dev_app.command("up")
+def dev_up() -> None:
+    """Start real Kafka (KRaft) and Slurm (slurmctld + 4 slurmd) and create the topics."""
+    _stack("up")
+
+
+@dev_app.command("down")
+def dev_down() -> None:
+    """Stop what `dev up` started."""
+    _stack("down")
+
+
+@dev_app.command("status")
+def dev_status() -> None:
+    """Show what is running."""
+    _stack("status")
+
+
+@app.command()
+def demo(keep: Annotated[bool, typer.Option(help="leave the stack running afterwards")] = False) -> None:
+    """The end-to-end walking skeleton: one GPU fault, from log line to drained node."""
+    from streams.cli.demo import run_demo
+
+    raise typer.Exit(run_demo(keep=keep))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

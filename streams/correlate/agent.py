@@ -1,0 +1,260 @@
+"""Faust agents ``route`` and ``correlate`` and the ``refine`` timer.
+
+``route`` (keyed by node) keeps which jobs each node serves and re-keys node
+facts (a kernel Xid) onto every job the node served at that time. A node fact
+that arrives before its job's topology waits in a small per-node buffer.
+
+``correlate`` (keyed by job) keeps the job's topology and its incident window
+and runs the pure correlator. Faust tables can only change inside a stream, so
+the ``refine`` timer does not touch them: it sends a tick per open window into
+``control.ticks``, which the correlate agent reads beside ``signals.job``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas import codec
+from schemas.base import UtcDatetime, utcnow
+from schemas.incidents import Incident
+from schemas.signals import JobNodeAssignment, Role, Signal
+from streams.correlate.correlator import Timing, add_signal, apply_topology, decide_now, tick
+from streams.correlate.state import IncidentWindow, JobTopology
+from streams.deadletters import dead_letter_event
+from streams.pipeline import Pipeline, key_str
+
+log = logging.getLogger("sickbay.correlate")
+MAX_PENDING_PER_NODE = 256
+
+
+class NodeJob(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    attempt: int
+    assigned_at: UtcDatetime
+    released_at: UtcDatetime | None = None
+
+
+class NodeState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[NodeJob] = Field(default_factory=list)
+    pending: list[Signal] = Field(default_factory=list)
+
+
+def jobs_at(state: NodeState, when: datetime, lateness: timedelta) -> list[NodeJob]:
+    """Jobs the node served at ``when``, with ``lateness`` of clock skew either side."""
+    return [
+        j
+        for j in state.jobs
+        if j.assigned_at - lateness <= when and (j.released_at is None or when <= j.released_at + lateness)
+    ]
+
+
+def apply_assignment(state: NodeState, a: JobNodeAssignment, lateness: timedelta) -> NodeState:
+    jobs = [j for j in state.jobs if not (j.job_id == a.job_id and j.attempt == a.attempt)]
+    current = next((j for j in state.jobs if j.job_id == a.job_id and j.attempt == a.attempt), None)
+    if a.state == "assigned":
+        jobs.append(
+            NodeJob(
+                job_id=a.job_id,
+                attempt=a.attempt,
+                assigned_at=a.event_time,
+                released_at=current.released_at if current else None,
+            )
+        )
+    elif current is not None:
+        jobs.append(current.model_copy(update={"released_at": a.event_time}))
+    horizon = a.event_time - 4 * lateness - timedelta(hours=1)
+    jobs = [j for j in jobs if j.released_at is None or j.released_at >= horizon]
+    return state.model_copy(update={"jobs": jobs})
+
+
+def _dump(model: BaseModel) -> Any:
+    return codec.loads(codec.dumps(model))
+
+
+class CorrelateStage:
+    """The route and correlate steps over their tables; one method per kind of event."""
+
+    def __init__(self, pipe: Pipeline) -> None:
+        app, settings = pipe.app, pipe.settings
+        self.t = pipe.topics
+        self.cluster = settings.cluster
+        self.lateness = timedelta(seconds=settings.lateness_s)
+        self.timing = Timing(
+            root_grace_s=settings.root_grace_s,
+            quiet_s=settings.incident_quiet_s,
+            refine_interval_s=settings.refine_interval_s,
+        )
+        self.node_jobs = app.Table("node-jobs", default=None, partitions=settings.partitions)
+        self.job_topology = app.Table("job-topology", default=None, partitions=settings.partitions)
+        self.windows = app.Table("incident-windows", default=None, partitions=settings.partitions)
+
+    async def dead_letter(self, stage: str, event: Any, key: str, exc: Exception) -> None:
+        await dead_letter_event(self.t.dlq, stage, event, key, exc)
+
+    # -- route: keyed by node -------------------------------------------------------------------
+
+    async def forward(self, signal: Signal, job: NodeJob) -> None:
+        routed = signal.model_copy(update={"job_id": job.job_id, "routed": True})
+        await self.t.signals_job.send(key=job.job_id.encode(), value=routed)
+
+    async def on_node_event(self, event: Any) -> None:
+        node = key_str(event.key) or "_unknown"
+        value = event.value
+        try:
+            if isinstance(value, dict) and "signal_id" in value:
+                item: Signal | JobNodeAssignment = Signal.model_validate(value)
+            else:
+                item = JobNodeAssignment.model_validate(value)
+        except ValidationError as exc:
+            await self.dead_letter("route", event, node, exc)
+            return
+        raw = self.node_jobs.get(node)
+        state = NodeState.model_validate(raw) if raw else NodeState()
+        if isinstance(item, JobNodeAssignment):
+            state = await self.on_assignment(state, item)
+        else:
+            state = await self.on_node_signal(state, item)
+        self.node_jobs[node] = _dump(state)
+
+    async def on_assignment(self, state: NodeState, item: JobNodeAssignment) -> NodeState:
+        """Topology arrived: release node facts that were waiting for it."""
+        state = apply_assignment(state, item, self.lateness)
+        still_pending: list[Signal] = []
+        for sig in state.pending:
+            matches = jobs_at(state, sig.event_time, self.lateness)
+            for job in matches:
+                await self.forward(sig, job)
+            if not matches and sig.event_time >= item.event_time - 2 * self.lateness:
+                still_pending.append(sig)
+        return state.model_copy(update={"pending": still_pending})
+
+    async def on_node_signal(self, state: NodeState, item: Signal) -> NodeState:
+        matches = jobs_at(state, item.event_time, self.lateness)
+        for job in matches:
+            await self.forward(item, job)
+        if not matches and item.role in (Role.ROOT_CANDIDATE, Role.CASCADE, Role.CONFIRMATION):
+            pending = [*state.pending, item][-MAX_PENDING_PER_NODE:]
+            state = state.model_copy(update={"pending": pending})
+        return state
+
+    # -- correlate: keyed by job ----------------------------------------------------------------
+
+    async def publish(self, incident: Incident | None) -> None:
+        if incident is None:
+            return
+        await self.t.incidents.send(key=incident.job_id.encode(), value=incident)
+        log.info(
+            "incident %s rev %d: %s (%s, culprit %s)",
+            incident.incident_id,
+            incident.revision,
+            incident.root_cause.summary,
+            incident.category.value,
+            incident.culprit.node if incident.culprit else "-",
+        )
+
+    async def on_job_event(self, event: Any) -> None:
+        job_id = key_str(event.key) or "?"
+        value = event.value
+        now = utcnow()
+        raw_topo, raw_win = self.job_topology.get(job_id), self.windows.get(job_id)
+        topo = JobTopology.model_validate(raw_topo) if raw_topo else None
+        window = IncidentWindow.model_validate(raw_win) if raw_win else None
+        if isinstance(value, dict) and value.get("tick"):
+            if window is not None:
+                await self.on_tick(job_id, window, topo, now)
+            return
+        try:
+            signal = Signal.model_validate(value)
+        except ValidationError as exc:
+            await self.dead_letter("correlate", event, job_id, exc)
+            return
+        if signal.role == Role.TOPOLOGY:
+            await self.on_topology(job_id, signal, window, topo, now)
+        elif signal.role != Role.PROGRESS:
+            updated = add_signal(window, topo, signal, self.cluster, now)
+            if updated is not None:
+                updated, incident = decide_now(updated, topo, now, self.timing)
+                await self.publish(incident)
+                self.windows[job_id] = _dump(updated)
+
+    async def on_topology(
+        self,
+        job_id: str,
+        signal: Signal,
+        window: IncidentWindow | None,
+        topo: JobTopology | None,
+        now: datetime,
+    ) -> None:
+        new_topo, assignments = apply_topology(topo, signal, self.cluster)
+        self.job_topology[job_id] = _dump(new_topo)
+        for a in assignments:
+            await self.t.topology_node.send(key=a.node.encode(), value=a)
+        if window is not None and not window.closed and new_topo.attempt != window.attempt:
+            # A new attempt began: the old attempt's window closes now.
+            window, incident = tick(window, topo, now + timedelta(seconds=self.timing.quiet_s), self.timing)
+            await self.publish(incident)
+            self.windows[job_id] = _dump(window)
+
+    async def on_tick(
+        self, job_id: str, window: IncidentWindow, topo: JobTopology | None, now: datetime
+    ) -> None:
+        window, incident = tick(window, topo, now, self.timing)
+        await self.publish(incident)
+        if window.closed and now - window.last_signal_at > self.lateness:
+            self.windows.pop(job_id, None)
+        else:
+            self.windows[job_id] = _dump(window)
+
+    async def send_ticks(self) -> None:
+        """Timer body: it may not change tables, so it asks the stream to tick each live window."""
+        now = utcnow()
+        for job_id, raw in list(self.windows.items()):
+            if not raw:
+                continue
+            if (
+                not raw.get("closed")
+                or now - IncidentWindow.model_validate(raw).last_signal_at > self.lateness
+            ):
+                await self.t.ticks_job.send(
+                    key=(key_str(job_id) or "?").encode(), value={"tick": True, "at": now}
+                )
+
+
+def register(pipe: Pipeline) -> None:
+    app, t = pipe.app, pipe.topics
+    stage = CorrelateStage(pipe)
+    pipe.tables.update(
+        {"node_jobs": stage.node_jobs, "job_topology": stage.job_topology, "windows": stage.windows}
+    )
+
+    @app.agent(t.node_inbox, name="route", concurrency=1)
+    async def route(stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                await stage.on_node_event(event)
+            except Exception as exc:  # one bad event must not stop the stream
+                log.exception("route failed")
+                await stage.dead_letter("route", event, key_str(event.key) or "", exc)
+
+    @app.agent(t.job_inbox, name="correlate", concurrency=1)
+    async def correlate(stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                await stage.on_job_event(event)
+            except Exception as exc:  # one bad event must not stop the stream
+                log.exception("correlate failed")
+                await stage.dead_letter("correlate", event, key_str(event.key) or "", exc)
+
+    @app.timer(interval=pipe.settings.refine_interval_s, name="refine")  # type: ignore[untyped-decorator]
+    async def refine() -> None:
+        await stage.send_ticks()
+
+    pipe.agents.update({"route": route, "correlate": correlate, "refine": refine, "stage": stage})

@@ -1,0 +1,167 @@
+"""Attribution: from the signals of one window, pick the root, the culprit and the verdict.
+
+Rules (failure-signatures.md §5):
+- a decisive root candidate (e.g. Xid 79, Xid 48) beats every other candidate;
+- otherwise the earliest root candidate by event time wins; ties go to the
+  category order below (hardware before software before application), then to
+  the signal id so that the choice is deterministic;
+- cascades (NCCL watchdog timeouts) and hints are never a root while any root
+  candidate exists; with none, the earliest cascade stands in with
+  category ``unknown`` and low confidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas.incidents import Category, Culprit, Evidence, RootCause, Symptom
+from schemas.signals import Role, Signal
+from streams.correlate.state import IncidentWindow, JobTopology
+
+CATEGORY_ORDER = [
+    Category.HARDWARE_GPU,
+    Category.HARDWARE_NETWORK,
+    Category.HARDWARE_HOST,
+    Category.SYSTEM_SOFTWARE,
+    Category.INFRASTRUCTURE,
+    Category.APPLICATION,
+    Category.UNKNOWN,
+]
+MAX_EVIDENCE = 12
+
+
+@dataclass(frozen=True)
+class Verdict:
+    root: Signal
+    category: Category
+    culprit: Culprit | None
+    isolate: list[str]
+    restartable: bool
+    confidence: float
+    supporting: list[Symptom]
+    evidence: list[Evidence]
+    coverage: list[str]
+    decisive: bool
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def fingerprint(self) -> str:
+        """What the decide step acts on; a change here is worth an immediate revision."""
+        culprit = self.culprit.model_dump_json() if self.culprit else "-"
+        return f"{self.root.signal_id}|{self.category}|{culprit}|{','.join(self.isolate)}|{self.restartable}"
+
+
+def _root_key(s: Signal) -> tuple[bool, float, int, str]:
+    category = s.category or Category.UNKNOWN
+    return (not s.decisive, s.event_time.timestamp(), CATEGORY_ORDER.index(category), s.signal_id)
+
+
+def _isolate(root: Signal) -> list[str]:
+    if root.node is None or root.isolation == "none":
+        return []
+    if root.isolation == "gpu" and root.gpu:
+        return [f"{root.node}:{root.gpu}"]
+    return [root.node]
+
+
+def _evidence(s: Signal) -> Evidence:
+    return Evidence(
+        signal_id=s.signal_id,
+        rule=s.rule,
+        node=s.node,
+        rank=s.rank,
+        event_time=s.event_time,
+        text=s.text[:1024],
+        source_kind=s.source.kind,
+    )
+
+
+def attribute(window: IncidentWindow, topology: JobTopology | None) -> Verdict | None:
+    cascades = [t for t in window.tallies.values() if t.samples and t.samples[0].role == Role.CASCADE]
+    if window.roots:
+        root = min(window.roots, key=_root_key)
+    elif cascades:
+        root = min((t.samples[0] for t in cascades), key=_root_key)
+    else:
+        return None
+    is_cascade_root = root.role == Role.CASCADE
+    category = Category.UNKNOWN if is_cascade_root else (root.category or Category.UNKNOWN)
+
+    supporting: list[Symptom] = []
+    for rule, tally in sorted(window.tallies.items()):
+        sample = tally.samples[0]
+        if sample.role not in (Role.CASCADE, Role.CONFIRMATION) or tally.first_seen is None:
+            continue
+        supporting.append(
+            Symptom(
+                rule=rule,
+                summary=sample.summary,
+                count=tally.count,
+                nodes=sorted(tally.nodes),
+                ranks=sorted(tally.ranks),
+                first_seen=tally.first_seen,
+                sample=sample.text[:1024],
+            )
+        )
+    for other in sorted(window.roots, key=_root_key):
+        if other.signal_id == root.signal_id:
+            continue
+        supporting.append(
+            Symptom(
+                rule=other.rule,
+                summary=other.summary,
+                count=1,
+                nodes=[other.node] if other.node else [],
+                ranks=[other.rank] if other.rank is not None else [],
+                first_seen=other.event_time,
+                sample=other.text[:1024],
+            )
+        )
+
+    evidence = [_evidence(root)]
+    for tally in window.tallies.values():
+        evidence.extend(_evidence(s) for s in tally.samples[:2])
+    evidence.extend(_evidence(s) for s in window.roots if s.signal_id != root.signal_id)
+    evidence = evidence[:MAX_EVIDENCE]
+
+    kinds = {root.source.kind}
+    kinds.update(s.source.kind for t in window.tallies.values() for s in t.samples)
+    kinds.update(s.source.kind for s in window.roots)
+    if topology is not None and topology.nodes:
+        kinds.add("scheduler")
+
+    cascade_elsewhere = any(set(t.nodes) - {root.node} for t in cascades)
+    if is_cascade_root:
+        confidence = 0.3
+    elif root.decisive:
+        confidence = 0.95 if cascade_elsewhere else 0.85
+    else:
+        confidence = 0.7 if cascade_elsewhere else 0.6
+
+    culprit = None if is_cascade_root else Culprit(node=root.node, gpu=root.gpu, rank=root.rank)
+    return Verdict(
+        root=root,
+        category=category,
+        culprit=culprit,
+        isolate=[] if is_cascade_root else _isolate(root),
+        restartable=True if root.restartable is None else root.restartable,
+        confidence=confidence,
+        supporting=supporting,
+        evidence=evidence,
+        coverage=sorted(kinds),
+        decisive=root.decisive,
+    )
+
+
+def root_cause(root: Signal) -> RootCause:
+    code = root.attrs.get("code")
+    return RootCause(
+        rule=root.rule,
+        summary=root.summary,
+        signal_id=root.signal_id,
+        event_time=root.event_time,
+        node=root.node,
+        gpu=root.gpu,
+        rank=root.rank,
+        code=code if isinstance(code, int) else None,
+        text=root.text[:1024],
+    )

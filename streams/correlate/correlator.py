@@ -1,0 +1,228 @@
+"""The per-job correlator: topology updates, incident windows and when to emit a revision.
+
+Pure: the Faust agent (and tests) pass in the state and the current time and
+persist what comes back. Timing rules:
+
+- a decisive root emits revision 1 at once (the *fast* incident);
+- a non-decisive root candidate also emits at once, with lower confidence;
+- a window holding only cascades waits ``root_grace_s`` for a root, then emits
+  with category ``unknown``;
+- a change of root, culprit, category or isolation emits a revision at once;
+  other new evidence is coalesced and emitted on the next tick;
+- a window closes (final revision, status ``closed``) after ``quiet_s`` without
+  new signals, or ``root_grace_s`` after the job ended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from schemas.incidents import Incident, IncidentStatus
+from schemas.signals import JobNodeAssignment, Role, Signal
+from streams.correlate.attribution import Verdict, attribute, root_cause
+from streams.correlate.state import SAMPLES_PER_RULE, IncidentWindow, JobTopology, RuleTally
+
+OPENING_ROLES = {Role.ROOT_CANDIDATE, Role.CASCADE}
+MAX_SEEN_IDS = 2048
+MAX_ROOTS = 64
+
+
+@dataclass(frozen=True)
+class Timing:
+    root_grace_s: float = 20.0
+    quiet_s: float = 120.0
+    refine_interval_s: float = 1.0
+
+
+def incident_id(cluster: str, job_id: str, attempt: int, opening_signal_id: str) -> str:
+    """Deterministic: replaying the same records yields the same incident id."""
+    raw = f"{cluster}|{job_id}|{attempt}|{opening_signal_id}"
+    return "inc-" + hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+
+
+def apply_topology(
+    topo: JobTopology | None, signal: Signal, cluster: str
+) -> tuple[JobTopology, list[JobNodeAssignment]]:
+    """Update a job's topology from a scheduler signal; return node assignments to publish."""
+    job_id = signal.job_id or "?"
+    topo = topo or JobTopology(job_id=job_id, attempt=0)
+    out: list[JobNodeAssignment] = []
+
+    def release(t: JobTopology) -> None:
+        out.extend(
+            JobNodeAssignment(
+                node=n,
+                job_id=t.job_id,
+                attempt=max(t.attempt, 1),
+                state="released",
+                event_time=signal.event_time,
+                cluster=cluster,
+            )
+            for n in t.nodes
+        )
+
+    if signal.rule in ("slurm.job_allocated", "slurm.job_started_backfill"):
+        nodes = signal.attrs.get("nodes")
+        node_list = [str(n) for n in nodes] if isinstance(nodes, list) else []
+        if topo.started_at is not None and signal.event_time <= topo.started_at:
+            return topo, out  # a replayed or duplicated allocation
+        if topo.nodes and topo.ended_at is None:
+            release(topo)
+        topo = JobTopology(
+            job_id=job_id, attempt=topo.attempt + 1, nodes=node_list, started_at=signal.event_time
+        )
+        out.extend(
+            JobNodeAssignment(
+                node=n,
+                job_id=job_id,
+                attempt=topo.attempt,
+                state="assigned",
+                event_time=signal.event_time,
+                cluster=cluster,
+            )
+            for n in node_list
+        )
+    elif signal.rule in ("slurm.job_complete", "slurm.job_requeued") and topo.ended_at is None:
+        release(topo)
+        end_state = (
+            "requeued"
+            if signal.rule == "slurm.job_requeued"
+            else f"{signal.attrs.get('how')} {signal.attrs.get('status')}"
+        )
+        topo = topo.model_copy(update={"ended_at": signal.event_time, "end_state": end_state})
+    return topo, out
+
+
+def add_signal(
+    window: IncidentWindow | None, topo: JobTopology | None, signal: Signal, cluster: str, now: datetime
+) -> IncidentWindow | None:
+    """Fold one non-topology signal into the job's window (opening one if it initiates)."""
+    if window is not None and window.closed:
+        window = None
+    if window is None:
+        if signal.role not in OPENING_ROLES:
+            return None  # a hint or confirmation alone opens nothing
+        window = IncidentWindow(
+            job_id=signal.job_id or "?",
+            attempt=max(topo.attempt, 1) if topo else 1,
+            cluster=cluster,
+            opening_signal_id=signal.signal_id,
+            opened_at=now,
+            last_signal_at=now,
+            first_signal_time=signal.event_time,
+        )
+    if signal.signal_id in window.seen_ids:
+        return window  # a replayed record
+    seen = [*window.seen_ids, signal.signal_id][-MAX_SEEN_IDS:]
+    update: dict[str, object] = {
+        "seen_ids": seen,
+        "last_signal_at": now,
+        "dirty": True,
+        "first_signal_time": min(window.first_signal_time, signal.event_time),
+    }
+    if signal.role == Role.ROOT_CANDIDATE:
+        update["roots"] = [*window.roots, signal][-MAX_ROOTS:]
+    else:
+        tally = window.tallies.get(signal.rule) or RuleTally()
+        nodes = (
+            tally.nodes if signal.node is None or signal.node in tally.nodes else [*tally.nodes, signal.node]
+        )
+        ranks = (
+            tally.ranks if signal.rank is None or signal.rank in tally.ranks else [*tally.ranks, signal.rank]
+        )
+        first = signal.event_time if tally.first_seen is None else min(tally.first_seen, signal.event_time)
+        samples = tally.samples if len(tally.samples) >= SAMPLES_PER_RULE else [*tally.samples, signal]
+        samples = sorted(samples, key=lambda s: s.event_time)
+        update["tallies"] = {
+            **window.tallies,
+            signal.rule: RuleTally(
+                count=tally.count + 1, nodes=nodes, ranks=ranks, first_seen=first, samples=samples
+            ),
+        }
+    return window.model_copy(update=update)
+
+
+def _incident(
+    window: IncidentWindow, topo: JobTopology | None, verdict: Verdict, now: datetime, status: IncidentStatus
+) -> Incident:
+    return Incident(
+        incident_id=incident_id(window.cluster, window.job_id, window.attempt, window.opening_signal_id),
+        revision=window.revision + 1,
+        cluster=window.cluster,
+        job_id=window.job_id,
+        attempt=window.attempt,
+        status=status,
+        category=verdict.category,
+        root_cause=root_cause(verdict.root),
+        supporting=verdict.supporting,
+        culprit=verdict.culprit,
+        isolate=verdict.isolate,
+        restartable=verdict.restartable,
+        confidence=verdict.confidence,
+        evidence=verdict.evidence,
+        coverage=verdict.coverage,
+        job_nodes=topo.nodes if topo else [],
+        opened_at=window.opened_at,
+        updated_at=now,
+        first_signal_time=window.first_signal_time,
+    )
+
+
+def _emit(
+    window: IncidentWindow, topo: JobTopology | None, verdict: Verdict, now: datetime, closed: bool = False
+) -> tuple[IncidentWindow, Incident]:
+    status = IncidentStatus.CLOSED if closed else IncidentStatus.OPEN
+    incident = _incident(window, topo, verdict, now, status)
+    window = window.model_copy(
+        update={
+            "revision": incident.revision,
+            "fingerprint": verdict.fingerprint(),
+            "dirty": False,
+            "closed": closed,
+        }
+    )
+    return window, incident
+
+
+def decide_now(
+    window: IncidentWindow, topo: JobTopology | None, now: datetime, timing: Timing
+) -> tuple[IncidentWindow, Incident | None]:
+    """Emit right away when the verdict is new or changed in what actions depend on."""
+    verdict = attribute(window, topo)
+    if verdict is None:
+        return window, None
+    waiting_for_root = not window.roots and window.revision == 0
+    if waiting_for_root:
+        return window, None  # a cascade alone waits root_grace_s (see tick)
+    if window.revision == 0 or verdict.fingerprint() != window.fingerprint:
+        return _emit(window, topo, verdict, now)
+    return window, None
+
+
+def tick(
+    window: IncidentWindow, topo: JobTopology | None, now: datetime, timing: Timing
+) -> tuple[IncidentWindow, Incident | None]:
+    """Periodic: cascade-only grace, coalesced refinements and closing."""
+    if window.closed:
+        return window, None
+    verdict = attribute(window, topo)
+    quiet = (now - window.last_signal_at) >= timedelta(seconds=timing.quiet_s)
+    job_over = (
+        topo is not None
+        and topo.ended_at is not None
+        and (now - window.last_signal_at) >= timedelta(seconds=timing.root_grace_s)
+    )
+    if verdict is None:
+        return (window.model_copy(update={"closed": True}), None) if quiet else (window, None)
+    if window.revision == 0:
+        grace_over = (now - window.opened_at) >= timedelta(seconds=timing.root_grace_s)
+        if window.roots or grace_over or quiet or job_over:
+            return _emit(window, topo, verdict, now, closed=quiet or job_over)
+        return window, None
+    if quiet or job_over:
+        return _emit(window, topo, verdict, now, closed=True)
+    if window.dirty or verdict.fingerprint() != window.fingerprint:
+        return _emit(window, topo, verdict, now)
+    return window, None

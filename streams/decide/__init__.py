@@ -1,0 +1,1 @@
+"""Decide: turn incident revisions into action intents, observe-first, with safety valves."""

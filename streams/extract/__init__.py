@@ -1,0 +1,1 @@
+"""Extract: raw shipper records → normalised log lines → typed signals, by rules kept as data."""

@@ -1,0 +1,166 @@
+"""The extractor: one normalised :class:`LogLine` in, zero or more typed :class:`Signal` out.
+
+Pure and deterministic: no I/O, no clock except the ``observed`` time passed in.
+The same function serves the Faust agent and ``sickbay diagnose``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import hostlist
+
+from schemas.raw import LogLine
+from schemas.signals import AttrValue, Signal, SourceRef
+from streams.extract.rules import Catalog, LookupEntry, Rule, load_catalog
+from streams.extract.timeparse import line_time_and_host
+
+_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:|\[(?:PG [^\]]*?)?Rank (\d+)\]")
+MAX_TEXT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a record was read; makes ``signal_id`` stable under replay."""
+
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    file: str | None = None
+    line: int | None = None
+
+    def token(self) -> str | None:
+        if self.topic is not None and self.offset is not None:
+            return f"{self.topic}/{self.partition}/{self.offset}"
+        if self.file is not None and self.line is not None:
+            return f"{self.file}:{self.line}"
+        return None
+
+
+def _cast(value: str, kind: str) -> AttrValue:
+    if kind == "int":
+        return int(value)
+    if kind == "float":
+        return float(value)
+    if kind == "hostlist":
+        return list(hostlist.expand_hostlist(value))
+    return value
+
+
+def _signal_id(line: LogLine, pos: Position, rule_id: str, event_time: datetime) -> str:
+    token = pos.token() or f"{line.host}|{line.job_id}|{event_time.isoformat()}|{line.text}"
+    return hashlib.blake2b(f"{token}|{rule_id}".encode(), digest_size=10).hexdigest()
+
+
+class _Fields(dict[str, Any]):
+    """Summary template values: lists print as a hostlist, missing names as ``?``."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+    def __getitem__(self, key: str) -> Any:
+        value = super().__getitem__(key)
+        if isinstance(value, list):
+            return hostlist.collect_hostlist([str(v) for v in value])
+        return value
+
+
+class Extractor:
+    def __init__(self, catalog: Catalog | None = None) -> None:
+        self.catalog = catalog or load_catalog()
+
+    def match(self, rule: Rule, text: str) -> dict[str, AttrValue] | None:
+        m = rule.regex.search(text)
+        if m is None:
+            return None
+        return {k: _cast(v, rule.casts.get(k, "str")) for k, v in m.groupdict().items() if v is not None}
+
+    def extract(self, line: LogLine, observed: datetime, pos: Position | None = None) -> list[Signal]:
+        pos = pos or Position()
+        text = line.text
+        signals: list[Signal] = []
+        fired_groups: set[str] = set()
+        line_time: datetime | None = None
+        line_host: str | None = None
+        parsed_prefix = False
+        for rule in self.catalog.candidates(text):
+            if rule.group and rule.group in fired_groups:
+                continue
+            fields = self.match(rule, text)
+            if fields is None:
+                continue
+            if rule.group:
+                fired_groups.add(rule.group)
+            if not parsed_prefix:
+                line_time, line_host = line_time_and_host(text, observed)
+                parsed_prefix = True
+            signals.append(self._signal(rule, fields, line, pos, observed, line_time, line_host))
+        return signals
+
+    def _signal(
+        self,
+        rule: Rule,
+        fields: dict[str, AttrValue],
+        line: LogLine,
+        pos: Position,
+        observed: datetime,
+        line_time: datetime | None,
+        line_host: str | None,
+    ) -> Signal:
+        entry = self._lookup(rule, fields)
+        event_time = line_time or line.event_time or observed
+        rank = fields.pop("rank", None)
+        if rank is None:
+            m = _RANK_PREFIX.search(line.text)
+            if m:
+                rank = int(m.group(1) or m.group(2))
+        gpu = fields.pop("gpu", None)
+        job_id = fields.pop("job_id", None) or line.job_id
+        summary_template = (entry.summary if entry and entry.summary else None) or rule.summary
+        all_fields = _Fields(fields, gpu=gpu, rank=rank, job_id=job_id)
+        attrs = dict(fields)
+        if entry is not None and entry.name:
+            attrs["meaning"] = entry.name
+        if entry is not None and entry.action:
+            attrs["vendor_action"] = entry.action
+
+        def pick(name: str, default: Any) -> Any:
+            value = getattr(entry, name, None) if entry is not None else None
+            return default if value is None else value
+
+        return Signal(
+            signal_id=_signal_id(line, pos, rule.id, event_time),
+            rule=rule.id,
+            role=pick("role", rule.role),
+            category=pick("category", rule.category),
+            summary=summary_template.format_map(all_fields),
+            event_time=event_time,
+            observed_time=observed,
+            node=line.host or line_host,
+            job_id=str(job_id) if job_id is not None else None,
+            rank=int(rank) if isinstance(rank, (int, str)) else None,
+            gpu=str(gpu) if gpu is not None else None,
+            attrs=attrs,
+            restartable=pick("restartable", rule.restartable),
+            isolation=pick("isolation", rule.isolation),
+            decisive=pick("decisive", rule.decisive),
+            text=line.text[:MAX_TEXT],
+            source=SourceRef(
+                kind=rule.source,
+                adapter=line.adapter,
+                topic=pos.topic,
+                partition=pos.partition,
+                offset=pos.offset,
+                file=pos.file or line.file,
+                line=pos.line,
+            ),
+        )
+
+    def _lookup(self, rule: Rule, fields: dict[str, AttrValue]) -> LookupEntry | None:
+        if rule.lookup is None or rule.lookup_key is None:
+            return None
+        return self.catalog.lookups[rule.lookup].get(str(fields.get(rule.lookup_key)))

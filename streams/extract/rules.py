@@ -1,0 +1,156 @@
+"""The rule catalog: signatures kept as data (TOML files), validated by pydantic.
+
+A rule is a regular expression with named groups plus what a match means: the
+signal's role in attribution, category, restartability and isolation scope.
+Each rule carries its own positive and negative examples; one test runs them all.
+Operators add site rules by pointing ``SICKBAY_RULES_DIR`` at more TOML files.
+
+Per-code knowledge (the Xid catalog) lives in lookup tables: a rule names a table
+and the group whose value is the key, and the entry overrides the rule's defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Iterable
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schemas.incidents import Category
+from schemas.signals import Role
+
+RULES_DIR = Path(__file__).parent / "rules"
+
+Cast = Literal["str", "int", "float", "hostlist"]
+SourceKind = Literal["kernel", "training", "scheduler", "telemetry", "other"]
+Isolation = Literal["none", "gpu", "node", "link"]
+
+
+class Example(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    line: str
+    match: bool = True
+    fields: dict[str, str | int | float | list[str]] = Field(default_factory=dict)
+
+
+class Meaning(BaseModel):
+    """What a match means; a lookup entry overrides any of these per code."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role | None = None
+    category: Category | None = None
+    restartable: bool | None = None
+    isolation: Isolation | None = None
+    decisive: bool | None = None
+    summary: str | None = None
+
+
+class LookupEntry(Meaning):
+    name: str = ""
+    action: str = ""  # the vendor's recommended action, kept for operators
+
+
+class Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
+    source: SourceKind
+    group: str | None = None  # at most one rule of a group fires per line (first in order wins)
+    literals: list[str] = Field(min_length=1)  # any of these must occur: the cheap prefilter
+    pattern: str
+    casts: dict[str, Cast] = Field(default_factory=dict)
+    role: Role
+    category: Category | None = None
+    restartable: bool | None = None
+    isolation: Isolation = "none"
+    decisive: bool = False
+    summary: str
+    lookup: str | None = None
+    lookup_key: str | None = None
+    examples: list[Example] = Field(min_length=2)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        re.compile(value)
+        return value
+
+    @model_validator(mode="after")
+    def _examples_both_ways(self) -> Rule:
+        if not any(e.match for e in self.examples) or all(e.match for e in self.examples):
+            raise ValueError(f"rule {self.id}: needs at least one positive and one negative example")
+        if (self.lookup is None) != (self.lookup_key is None):
+            raise ValueError(f"rule {self.id}: lookup and lookup_key go together")
+        return self
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.pattern)
+
+
+class RuleFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rules: list[Rule] = Field(default_factory=list)
+    lookups: dict[str, dict[str, LookupEntry]] = Field(default_factory=dict)
+
+
+class Catalog:
+    """All rules in evaluation order, plus lookup tables and one combined prefilter."""
+
+    def __init__(self, rules: list[Rule], lookups: dict[str, dict[str, LookupEntry]]) -> None:
+        ids = [r.id for r in rules]
+        dupes = {i for i in ids if ids.count(i) > 1}
+        if dupes:
+            raise ValueError(f"duplicate rule ids: {sorted(dupes)}")
+        for rule in rules:
+            if rule.lookup and rule.lookup not in lookups:
+                raise ValueError(f"rule {rule.id}: unknown lookup table {rule.lookup!r}")
+        self.rules = rules
+        self.lookups = lookups
+        literals = sorted({lit for r in rules for lit in r.literals}, key=len, reverse=True)
+        self.prefilter = re.compile("|".join(re.escape(lit) for lit in literals))
+
+    def by_id(self, rule_id: str) -> Rule:
+        for rule in self.rules:
+            if rule.id == rule_id:
+                return rule
+        raise KeyError(rule_id)
+
+    def candidates(self, text: str) -> Iterable[Rule]:
+        """Rules whose literals occur in ``text`` (most lines match none and cost one search)."""
+        if self.prefilter.search(text) is None:
+            return ()
+        return (r for r in self.rules if any(lit in text for lit in r.literals))
+
+
+def _load_file(path: Path) -> RuleFile:
+    with path.open("rb") as fh:
+        try:
+            return RuleFile.model_validate(tomllib.load(fh))
+        except (tomllib.TOMLDecodeError, ValueError) as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+
+
+def load_catalog(extra_dirs: Iterable[Path] = ()) -> Catalog:
+    """Built-in rules first, then site rules (``SICKBAY_RULES_DIR``, ``:``-separated)."""
+    dirs = [RULES_DIR, *extra_dirs]
+    env = os.environ.get("SICKBAY_RULES_DIR")
+    if env:
+        dirs.extend(Path(p) for p in env.split(os.pathsep) if p)
+    rules: list[Rule] = []
+    lookups: dict[str, dict[str, LookupEntry]] = {}
+    for directory in dirs:
+        for path in sorted(directory.glob("*.toml")):
+            rf = _load_file(path)
+            rules.extend(rf.rules)
+            for name, table in rf.lookups.items():
+                lookups.setdefault(name, {}).update(table)
+    return Catalog(rules, lookups)

@@ -1,0 +1,94 @@
+"""Wires the stages into one Faust app: topics from the catalog, tables, agents and timers.
+
+    raw.logs ─[extract]─┬─> signals.node ─┐
+                        │   topology.node ─┴─[route]─> signals.job
+                        └─> signals.job ──┬──────────[correlate]─> incidents ─[decide]─> actions, audit
+                  [refine timer] ─> control.ticks ─┘         └─> topology.node
+    anything unreadable ─> dlq
+
+``register`` is a function, not import-time decorators, so tests build as many
+apps as they like (memory store, their own topic prefix).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+
+from schemas.topics import TopicSpec
+from streams.settings import Settings
+
+
+@dataclass
+class Topics:
+    raw_logs: Any
+    signals_node: Any
+    topology_node: Any
+    node_inbox: Any  # signals.node + topology.node, co-partitioned by node
+    signals_job: Any
+    ticks_job: Any
+    job_inbox: Any  # signals.job + control.ticks, co-partitioned by job
+    incidents: Any
+    actions: Any
+    audit: Any
+    dlq: Any
+
+
+@dataclass
+class Pipeline:
+    app: faust.App
+    settings: Settings
+    topics: Topics
+    agents: dict[str, Any]
+    tables: dict[str, Any]
+
+
+def _topic(app: faust.App, spec: TopicSpec, *, raw_value: bool = False) -> Any:
+    return app.topic(
+        spec.name,
+        key_type=bytes,
+        value_type=bytes if raw_value else None,
+        key_serializer="raw",
+        value_serializer="raw" if raw_value else None,
+        partitions=spec.partitions,
+        retention=spec.retention_ms / 1000.0,
+        internal=False,
+    )
+
+
+def build(app: faust.App, settings: Settings) -> Pipeline:
+    from streams.correlate.agent import register as register_correlate
+    from streams.decide.agent import register as register_decide
+    from streams.extract.agent import register as register_extract
+
+    cat = settings.topics
+    topics = Topics(
+        raw_logs=_topic(app, cat.raw_logs, raw_value=True),
+        signals_node=_topic(app, cat.signals_node),
+        topology_node=_topic(app, cat.topology_node),
+        node_inbox=app.topic(
+            cat.signals_node.name, cat.topology_node.name, key_type=bytes, key_serializer="raw"
+        ),
+        signals_job=_topic(app, cat.signals_job),
+        ticks_job=_topic(app, cat.ticks_job),
+        job_inbox=app.topic(cat.signals_job.name, cat.ticks_job.name, key_type=bytes, key_serializer="raw"),
+        incidents=_topic(app, cat.incidents),
+        actions=_topic(app, cat.actions),
+        audit=_topic(app, cat.audit),
+        dlq=_topic(app, cat.dlq),
+    )
+    pipe = Pipeline(app=app, settings=settings, topics=topics, agents={}, tables={})
+    register_extract(pipe)
+    register_correlate(pipe)
+    register_decide(pipe)
+    return pipe
+
+
+def key_str(key: Any) -> str | None:
+    if key is None:
+        return None
+    if isinstance(key, bytes | bytearray):
+        return key.decode("utf-8", errors="replace")
+    return str(key)

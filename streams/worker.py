@@ -1,0 +1,11 @@
+"""Entry point for ``faust -A streams.worker worker`` (and ``sickbay worker``)."""
+
+from __future__ import annotations
+
+from streams.app import create_app
+from streams.pipeline import build
+from streams.settings import Settings
+
+settings = Settings()
+app = create_app(settings)
+pipeline = build(app, settings)

@@ -1,0 +1,155 @@
+"""The Faust agents, in-process with ``test_context`` (no broker): what each one sends."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from collections import defaultdict
+from datetime import timedelta
+from unittest.mock import AsyncMock
+
+import pytest
+
+from schemas import codec
+from schemas.actions import Action, ActionKind
+from schemas.deadletter import DeadLetter
+from schemas.incidents import Category, Incident
+from schemas.signals import JobNodeAssignment, Signal
+from streams.app import create_app
+from streams.pipeline import Pipeline, build
+from streams.settings import Settings
+from tests.factories import T0, kernel_xid, nccl_timeout, one, slurmctld_allocate
+
+
+@pytest.fixture
+async def pipe(tmp_path):
+    settings = Settings(
+        topic_prefix=f"t{uuid.uuid4().hex[:8]}", partitions=1, state_dir=tmp_path, lateness_s=3600
+    )
+    app = create_app(settings, id=f"test-{uuid.uuid4().hex[:8]}", store="memory://")
+    pipeline = build(app, settings)
+    app.loop = asyncio.get_running_loop()
+    app.finalize()
+    app.flow_control.resume()
+    sent: dict[str, list[tuple[bytes, object]]] = defaultdict(list)
+    for field in (
+        "signals_node",
+        "topology_node",
+        "signals_job",
+        "ticks_job",
+        "incidents",
+        "actions",
+        "audit",
+        "dlq",
+    ):
+        topic = getattr(pipeline.topics, field)
+
+        async def record(key=None, value=None, _name=field, **_kw):
+            sent[_name].append((key, value))
+
+        topic.send = AsyncMock(side_effect=record)
+    pipeline.sent = sent  # type: ignore[attr-defined]
+    return pipeline
+
+
+def _as_dict(value):
+    return codec.loads(codec.dumps(value))
+
+
+async def test_extract_sends_node_facts_to_signals_node_and_job_facts_to_signals_job(pipe: Pipeline):
+    async with pipe.agents["extract"].test_context() as agent:
+        await agent.put(kernel_xid("gpu-03", 79, T0), key=b"gpu-03")
+        await agent.put(nccl_timeout("gpu-01", 0, "42", T0), key=b"gpu-01")
+        await agent.put(b"iteration 10 | loss 1.0", key=b"gpu-01")
+    [(node_key, xid)] = pipe.sent["signals_node"]
+    [(job_key, timeout)] = pipe.sent["signals_job"]
+    assert (node_key, xid.rule, xid.node) == (b"gpu-03", "gpu.xid", "gpu-03")
+    assert (job_key, timeout.rule, timeout.rank) == (b"42", "nccl.watchdog_timeout", 0)
+    assert pipe.sent["dlq"] == []
+
+
+async def test_extract_dead_letters_bad_records_with_reason_and_original_bytes_and_keeps_going(
+    pipe: Pipeline,
+):
+    junk = b'{"log": "truncated'
+    async with pipe.agents["extract"].test_context() as agent:
+        await agent.put(junk, key=b"gpu-01")
+        await agent.put(b'{"neither": "log nor message"}', key=b"gpu-01")
+        await agent.put(kernel_xid("gpu-03", 79, T0), key=b"gpu-03")
+    letters = [DeadLetter.model_validate(_as_dict(v)) for _, v in pipe.sent["dlq"]]
+    assert [d.reason for d in letters] == ["invalid_json", "unknown_shape"]
+    assert base64.b64decode(letters[0].original_b64) == junk
+    assert letters[0].stage == "extract"
+    assert len(pipe.sent["signals_node"]) == 1  # the good record after the bad ones still flowed
+
+
+async def test_route_holds_a_node_fact_until_its_job_topology_arrives_then_forwards_it(pipe: Pipeline):
+    xid = one(kernel_xid("gpu-03", 79, T0 + timedelta(minutes=1)), offset=5)
+    assignment = JobNodeAssignment(node="gpu-03", job_id="42", attempt=1, state="assigned", event_time=T0)
+    async with pipe.agents["route"].test_context() as agent:
+        await agent.put(_as_dict(xid), key=b"gpu-03")
+        assert pipe.sent["signals_job"] == []
+        await agent.put(_as_dict(assignment), key=b"gpu-03")
+    [(key, routed)] = pipe.sent["signals_job"]
+    assert key == b"42"
+    assert (routed.job_id, routed.routed, routed.signal_id) == ("42", True, xid.signal_id)
+
+
+async def test_correlate_builds_one_hardware_incident_from_topology_cascade_and_root(pipe: Pipeline):
+    alloc = one(slurmctld_allocate("42", "gpu-[01-04]", T0), offset=1)
+    timeouts = [
+        one(nccl_timeout(n, r, "42", T0 + timedelta(minutes=10)), offset=10 + r)
+        for n, r in [("gpu-01", 0), ("gpu-02", 1), ("gpu-04", 3)]
+    ]
+    xid = one(kernel_xid("gpu-03", 79, T0 + timedelta(minutes=1)), offset=2).model_copy(
+        update={"job_id": "42", "routed": True}
+    )
+    async with pipe.agents["correlate"].test_context() as agent:
+        for sig in [alloc, *timeouts, xid]:
+            await agent.put(_as_dict(sig), key=b"42")
+    assert [a.node for _, a in pipe.sent["topology_node"]] == ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+    [(key, incident)] = pipe.sent["incidents"]
+    assert key == b"42"
+    assert isinstance(incident, Incident)
+    assert (incident.category, incident.culprit.node, incident.revision) == (
+        Category.HARDWARE_GPU,
+        "gpu-03",
+        1,
+    )
+    assert incident.supporting[0].count == 3
+
+
+async def test_correlate_dead_letters_an_invalid_signal(pipe: Pipeline):
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put({"signal_id": "x"}, key=b"42")
+    [(_, letter)] = pipe.sent["dlq"]
+    assert (letter.stage, letter.reason) == ("correlate", "invalid_record")
+
+
+async def test_decide_proposes_each_action_once_across_revisions(pipe: Pipeline):
+    alloc = one(slurmctld_allocate("42", "gpu-[01-04]", T0), offset=1)
+    xid = one(kernel_xid("gpu-03", 79, T0), offset=2).model_copy(update={"job_id": "42"})
+    async with pipe.agents["correlate"].test_context() as agent:
+        for sig in [alloc, xid]:
+            await agent.put(_as_dict(sig), key=b"42")
+    [(_, incident)] = pipe.sent["incidents"]
+    incident = incident.model_copy(update={"first_signal_time": T0.replace(year=2999)})  # not stale
+    async with pipe.agents["decide"].test_context() as agent:
+        await agent.put(_as_dict(incident), key=b"42")
+        await agent.put(_as_dict(incident.model_copy(update={"revision": 2})), key=b"42")
+    actions = [a for _, a in pipe.sent["actions"]]
+    assert all(isinstance(a, Action) for a in actions)
+    assert [(a.kind, a.dry_run) for a in actions] == [
+        (ActionKind.DRAIN_NODE, True),
+        (ActionKind.REQUEUE_JOB, True),
+    ]
+    assert [r.event for _, r in pipe.sent["audit"]] == ["action.proposed", "action.proposed"]
+
+
+def test_signal_models_round_trip_through_the_faust_codec():
+    from faust.serializers import codecs
+
+    sig = one(kernel_xid("gpu-03", 79, T0))
+    data = codecs.dumps("sickbay-json", sig)
+    assert Signal.model_validate(codecs.loads("sickbay-json", data)) == sig

@@ -1,0 +1,1 @@
+"""Component fixtures: pick an address from the environment, then testcontainers, then the local stack."""

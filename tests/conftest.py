@@ -1,0 +1,5 @@
+"""Shared fixtures. Component fixtures (Kafka, Slurm, ClickHouse) live in tests/components.py."""
+
+from __future__ import annotations
+
+pytest_plugins = ["tests.components"]

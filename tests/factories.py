@@ -1,0 +1,79 @@
+"""Realistic records for tests, in the shapes real shippers write (ecosystem.md §1)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from schemas import codec
+from schemas.signals import Signal
+from streams.extract.extractor import Extractor, Position
+from streams.extract.normalize import normalize
+
+T0 = datetime(2026, 11, 29, 3, 0, 0, tzinfo=UTC)
+EXTRACTOR = Extractor()
+
+
+def slurmctld_allocate(job: str, nodes: str, at: datetime) -> bytes:
+    ts = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}"
+    return f"[{ts}] sched: Allocate JobId={job} NodeList={nodes} #CPUs=8 Partition=gpu".encode()
+
+
+def slurmctld_line(text: str, at: datetime) -> bytes:
+    ts = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}"
+    return f"[{ts}] {text}".encode()
+
+
+def kernel_xid(
+    node: str, code: int, at: datetime, pci: str = "0000:06:00", text: str = "GPU has fallen off the bus."
+) -> bytes:
+    """A Fluent Bit record from a tail of /var/log/kern.log on ``node``."""
+    line = (
+        f"{at.strftime('%b %d %H:%M:%S')} {node} kernel: [ 5321.108101] NVRM: Xid (PCI:{pci}): {code}, {text}"
+    )
+    return codec.dumps(
+        {"@timestamp": at.timestamp(), "log": line, "hostname": node, "filename": "/var/log/kern.log"}
+    )
+
+
+def nccl_timeout(node: str, rank: int, job: str, at: datetime, seq: int = 1234) -> bytes:
+    """A Vector record from the job's output file on ``node``."""
+    line = (
+        f"[rank{rank}]:[E1129 03:10:00.426415540 ProcessGroupNCCL.cpp:629] [Rank {rank}] Watchdog caught "
+        f"collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1048576, "
+        f"NumelOut=1048576, Timeout(ms)=600000) ran for 600081 milliseconds before timing out."
+    )
+    return codec.dumps(
+        {
+            "message": line,
+            "timestamp": at.isoformat(),
+            "host": node,
+            "source_type": "file",
+            "file": f"/scratch/run/slurm-{job}.out",
+        }
+    )
+
+
+def cuda_error(
+    node: str, job: str, at: datetime, message: str = "an illegal memory access was encountered"
+) -> bytes:
+    return codec.dumps(
+        {
+            "@timestamp": at.timestamp(),
+            "log": f"RuntimeError: CUDA error: {message}",
+            "hostname": node,
+            "filename": f"/scratch/run/slurm-{job}.out",
+        }
+    )
+
+
+def signals(
+    raw: bytes, offset: int | None = None, topic: str = "t", key_host: str | None = None
+) -> list[Signal]:
+    pos = Position(topic, 0, offset) if offset is not None else Position()
+    return EXTRACTOR.extract(normalize(raw, key_host=key_host), T0 + timedelta(hours=1), pos)
+
+
+def one(raw: bytes, **kw: object) -> Signal:
+    out = signals(raw, **kw)  # type: ignore[arg-type]
+    assert len(out) == 1, out
+    return out[0]

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from schemas.incidents import Category, IncidentStatus
+from streams.correlate.correlator import Timing, add_signal, apply_topology, decide_now, incident_id, tick
+from tests.factories import T0, cuda_error, kernel_xid, nccl_timeout, one, slurmctld_allocate, slurmctld_line
+
+TIMING = Timing(root_grace_s=20, quiet_s=120, refine_interval_s=1)
+NOW = T0 + timedelta(hours=1)
+
+
+def _topology():
+    topo, assignments = apply_topology(None, one(slurmctld_allocate("42", "gpu-[01-04]", T0)), "c1")
+    return topo, assignments
+
+
+def _feed(window, topo, raw, now, offset):
+    sig = one(raw, offset=offset)
+    if sig.job_id is None:
+        sig = sig.model_copy(update={"job_id": "42", "routed": True})
+    window = add_signal(window, topo, sig, "c1", now)
+    return decide_now(window, topo, now, TIMING)
+
+
+def test_allocation_publishes_one_assignment_per_node_for_attempt_one():
+    topo, assignments = _topology()
+    assert topo.attempt == 1
+    assert [a.node for a in assignments] == ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+    assert {a.state for a in assignments} == {"assigned"}
+
+
+def test_xid79_with_nccl_timeouts_elsewhere_is_one_hardware_incident_blaming_that_node():
+    topo, _ = _topology()
+    window, incident = None, None
+    emitted = []
+    for i, (node, rank) in enumerate([("gpu-01", 0), ("gpu-02", 1), ("gpu-04", 3)]):
+        window, inc = _feed(window, topo, nccl_timeout(node, rank, "42", T0 + timedelta(minutes=10)), NOW, i)
+        assert inc is None  # cascades alone wait for a root
+    window, incident = _feed(window, topo, kernel_xid("gpu-03", 79, T0 + timedelta(minutes=1)), NOW, 10)
+    emitted.append(incident)
+    assert incident is not None
+    assert incident.revision == 1
+    assert incident.category == Category.HARDWARE_GPU
+    assert incident.culprit is not None and incident.culprit.node == "gpu-03"
+    assert incident.isolate == ["gpu-03"]
+    assert incident.root_cause.code == 79
+    [symptom] = incident.supporting
+    assert symptom.rule == "nccl.watchdog_timeout"
+    assert (symptom.count, symptom.nodes, symptom.ranks) == (3, ["gpu-01", "gpu-02", "gpu-04"], [0, 1, 3])
+    assert incident.confidence >= 0.9
+    assert set(incident.coverage) == {"kernel", "training", "scheduler"}
+    assert incident.job_nodes == ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+
+
+def test_late_cascade_evidence_is_a_refined_revision_of_the_same_incident_on_the_next_tick():
+    topo, _ = _topology()
+    window, first = _feed(None, topo, kernel_xid("gpu-03", 79, T0 + timedelta(minutes=1)), NOW, 1)
+    window, none = _feed(window, topo, nccl_timeout("gpu-01", 0, "42", T0 + timedelta(minutes=11)), NOW, 2)
+    assert none is None  # same culprit: coalesced
+    window, refined = tick(window, topo, NOW + timedelta(seconds=1), TIMING)
+    assert refined is not None
+    assert refined.incident_id == first.incident_id
+    assert refined.revision == 2
+    assert refined.supporting[0].count == 1
+    window, nothing = tick(window, topo, NOW + timedelta(seconds=2), TIMING)
+    assert nothing is None
+
+
+def test_a_replayed_record_changes_nothing():
+    topo, _ = _topology()
+    window, _ = _feed(None, topo, kernel_xid("gpu-03", 79, T0), NOW, 1)
+    window2, again = _feed(window, topo, kernel_xid("gpu-03", 79, T0), NOW, 1)
+    assert again is None
+    assert window2.seen_ids == window.seen_ids
+
+
+def test_cascade_only_waits_the_root_grace_then_emits_unknown_without_a_culprit():
+    topo, _ = _topology()
+    window, inc = _feed(None, topo, nccl_timeout("gpu-01", 0, "42", T0), NOW, 1)
+    assert inc is None
+    window, inc = tick(window, topo, NOW + timedelta(seconds=5), TIMING)
+    assert inc is None
+    window, inc = tick(window, topo, NOW + timedelta(seconds=21), TIMING)
+    assert inc is not None
+    assert inc.category == Category.UNKNOWN
+    assert inc.culprit is None
+    assert inc.isolate == []
+    assert inc.confidence < 0.5
+
+
+def test_a_later_root_replaces_a_cascade_only_verdict_at_once_under_the_same_incident_id():
+    topo, _ = _topology()
+    window, _ = _feed(None, topo, nccl_timeout("gpu-01", 0, "42", T0 + timedelta(minutes=10)), NOW, 1)
+    window, unknown = tick(window, topo, NOW + timedelta(seconds=30), TIMING)
+    window, hw = _feed(window, topo, kernel_xid("gpu-03", 79, T0), NOW + timedelta(seconds=31), 2)
+    assert hw is not None and unknown is not None
+    assert hw.incident_id == unknown.incident_id
+    assert (hw.revision, hw.category, hw.culprit.node) == (2, Category.HARDWARE_GPU, "gpu-03")
+
+
+def test_decisive_hardware_beats_an_earlier_application_error_on_another_node():
+    topo, _ = _topology()
+    window, app_inc = _feed(None, topo, cuda_error("gpu-02", "42", T0), NOW, 1)
+    assert app_inc is not None and app_inc.category == Category.APPLICATION
+    window, hw = _feed(window, topo, kernel_xid("gpu-03", 79, T0 + timedelta(seconds=3)), NOW, 2)
+    assert hw is not None and hw.culprit.node == "gpu-03"
+    assert [s.rule for s in hw.supporting] == ["cuda.error"]
+
+
+def test_quiet_period_closes_the_incident_with_a_final_revision():
+    topo, _ = _topology()
+    window, _ = _feed(None, topo, kernel_xid("gpu-03", 79, T0), NOW, 1)
+    window, final = tick(window, topo, NOW + timedelta(seconds=121), TIMING)
+    assert final is not None
+    assert (final.status, final.revision) == (IncidentStatus.CLOSED, 2)
+    assert window.closed
+
+
+def test_job_end_closes_the_window_after_the_root_grace():
+    topo, _ = _topology()
+    window, _ = _feed(None, topo, kernel_xid("gpu-03", 79, T0), NOW, 1)
+    topo, released = apply_topology(
+        topo, one(slurmctld_line("_job_complete: JobId=42 WEXITSTATUS 1", T0)), "c1"
+    )
+    assert {a.state for a in released} == {"released"}
+    window, closed = tick(window, topo, NOW + timedelta(seconds=21), TIMING)
+    assert closed is not None and closed.status == IncidentStatus.CLOSED
+
+
+def test_requeue_then_new_allocation_is_attempt_two():
+    topo, _ = _topology()
+    topo, _ = apply_topology(topo, one(slurmctld_line("Requeuing JobId=42", T0 + timedelta(minutes=2))), "c1")
+    topo, assignments = apply_topology(
+        topo, one(slurmctld_allocate("42", "gpu-[01-02,04]", T0 + timedelta(minutes=5))), "c1"
+    )
+    assert topo.attempt == 2
+    assert [a.node for a in assignments] == ["gpu-01", "gpu-02", "gpu-04"]
+
+
+def test_incident_id_is_deterministic():
+    assert incident_id("c", "1", 1, "s") == incident_id("c", "1", 1, "s")
+    assert incident_id("c", "1", 1, "s") != incident_id("c", "1", 2, "s")
