@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -34,6 +35,7 @@ from schemas.incidents import Incident
 from streams.settings import REPO_ROOT, Settings
 
 FAULT_NODE = "gpu-03"
+JUNK = b'{"log": "NVRM: Xid (PCI:0000:19:00): 79, GPU has fallen off the bu'  # a record cut in half
 NODES = ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
 
 
@@ -52,8 +54,11 @@ class Demo:
     workdir: Path
     env: dict[str, str]
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    mode: str = "act"
     started_stack: bool = False
     job_id: str | None = None
+    ranks: dict[str, int] = field(default_factory=dict)
+    expected_timeouts: int = 0
     checks: dict[str, bool] = field(default_factory=dict)
 
     @property
@@ -67,7 +72,7 @@ class Demo:
 
     def spawn(self, name: str, *argv: str) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child process
-        self.procs[name] = subprocess.Popen(  # noqa: S603 - our own CLI, argv list
+        self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "streams.cli.main", *argv],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -97,6 +102,14 @@ class Demo:
         self.checks[name] = ok
         return ok
 
+    def job_info(self) -> dict[str, str]:
+        return _kv(self.slurm("scontrol", "show", "job", "-o", self.job_id or "0").stdout)
+
+    def results(self) -> list[ActionResult]:
+        s = self.settings
+        raw = _read_topic(s.kafka_bootstrap, s.topics.action_results.name, f"demo{uuid.uuid4().hex}", 2.0)
+        return [ActionResult.model_validate(codec.loads(v)) for v in raw]
+
 
 def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.1) -> Any:
     deadline = time.monotonic() + timeout_s
@@ -122,8 +135,8 @@ def fault_records(job_id: str, ranks: dict[str, int], at: datetime) -> tuple[byt
     """The injected lines in shipper JSON: Xid 79 (Fluent Bit tail of kern.log) and the ranks'
     NCCL watchdog timeouts (Vector file source on the job's output), as real logs print them."""
     kern = (
-        f"{at.strftime('%b %d %H:%M:%S')} {FAULT_NODE} kernel: [183412.551032] NVRM: Xid (PCI:0000:19:00): 79, "
-        "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+        f"{at.strftime('%b %d %H:%M:%S')} {FAULT_NODE} kernel: [183412.551032] "
+        "NVRM: Xid (PCI:0000:19:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
     )
     xid = codec.dumps(
         {"@timestamp": at.timestamp(), "log": kern, "hostname": FAULT_NODE, "filename": "/var/log/kern.log"}
@@ -161,21 +174,20 @@ def _print_incident(inc: Incident) -> None:
         f"category     {inc.category.value}   confidence {inc.confidence:.2f}   restartable {inc.restartable}"
     )
     say(f"root cause   {rc.summary}  [rule {rc.rule}, node {rc.node}]")
-    say(
-        f"culprit      node {inc.culprit.node if inc.culprit else '-'}  gpu {inc.culprit.gpu if inc.culprit else '-'}"
-    )
+    culprit = inc.culprit
+    say(f"culprit      node {culprit.node if culprit else '-'}  gpu {culprit.gpu if culprit else '-'}")
     say(f"isolate      {', '.join(inc.isolate) or '-'}")
     for s in inc.supporting:
-        say(
-            f"supporting   {s.count} x {s.rule} on {', '.join(s.nodes)} (ranks {', '.join(map(str, s.ranks))})"
-        )
+        ranks = ", ".join(map(str, s.ranks))
+        say(f"supporting   {s.count} x {s.rule} on {', '.join(s.nodes)} (ranks {ranks})")
     say(f"coverage     {', '.join(inc.coverage)}")
     say("evidence")
     for e in inc.evidence:
         say(f"  [{e.source_kind:9}] {e.node or '-':7} {e.text[:150]}")
 
 
-def _latest(bootstrap: str, topic: str, group: str, timeout_s: float = 5.0) -> list[bytes]:
+def _read_topic(bootstrap: str, topic: str, group: str, timeout_s: float = 5.0) -> list[bytes]:
+    """Everything on a (small) topic, read by a throwaway consumer group."""
     from confluent_kafka import Consumer
 
     from connectors.kafka import consumer_config
@@ -186,32 +198,40 @@ def _latest(bootstrap: str, topic: str, group: str, timeout_s: float = 5.0) -> l
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         msg = consumer.poll(0.3)
-        if msg is not None and msg.error() is None:
-            out.append(msg.value())
+        value = msg.value() if msg is not None and msg.error() is None else None
+        if value is not None:
+            out.append(value)
             deadline = min(deadline, time.monotonic() + 1.0)
     consumer.close()
     return out
 
 
-def run_demo(keep: bool = False) -> int:
+def run_demo(keep: bool = False, mode: str = "act") -> int:
     base = Settings()
-    run_id = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+    run_id = datetime.now(UTC).strftime("%Y%m%d%H%M%S%f")[:-3]
     workdir = base.state_dir / "demo" / run_id
     workdir.mkdir(parents=True, exist_ok=True)
-    slurm_conf = base.state_dir / "slurm" / "slurm.conf"
     env = {
         **os.environ,
         "SICKBAY_TOPIC_PREFIX": f"demo{run_id}",
         "SICKBAY_APP_ID": f"sickbay-demo{run_id}",
-        "SICKBAY_MODE": "act",
+        "SICKBAY_MODE": mode,
         "SICKBAY_ROOT_GRACE_S": "5",
         "SICKBAY_INCIDENT_QUIET_S": "60",
-        "SLURM_CONF": str(slurm_conf),
+        "SLURM_CONF": str(base.state_dir / "slurm" / "slurm.conf"),
         "SICKBAY_PYTHON": sys.executable,
     }
-    demo = Demo(run_id=run_id, base=base, workdir=workdir, env=env)
+    demo = Demo(run_id=run_id, base=base, workdir=workdir, env=env, mode=mode)
     try:
-        return _run(demo)
+        start_stack(demo)
+        start_roles(demo)
+        submit_job(demo)
+        t_fault = inject(demo)
+        fault_to_action = await_actions(demo, t_fault)
+        incident = show_incident(demo)
+        show_actions(demo)
+        query_store(demo, incident)
+        return report(demo, incident, fault_to_action)
     except (TimeoutError, subprocess.SubprocessError, RuntimeError, OSError) as exc:
         say(f"\ndemo FAILED: {exc}")
         for name in list(demo.procs):
@@ -221,11 +241,10 @@ def run_demo(keep: bool = False) -> int:
         _cleanup(demo, keep)
 
 
-def _run(demo: Demo) -> int:
-    env = demo.env
+def start_stack(demo: Demo) -> None:
     step("1. local stack: Apache Kafka (KRaft) + Slurm (slurmctld, slurmd x4)")
-    demo.started_stack = _stack("status", env=env) != 0
-    if _stack("up", env=env) != 0:
+    demo.started_stack = _stack("status", env=demo.env) != 0
+    if _stack("up", env=demo.env) != 0:
         raise RuntimeError("the local stack did not start (see the messages above)")
     from connectors.kafka import ensure_topics
 
@@ -233,179 +252,216 @@ def _run(demo: Demo) -> int:
     ensure_topics(s.kafka_bootstrap, s.topics.all(), s.replication_factor)
     say(f"topics: prefix {s.topic_prefix} ({len(s.topics.all())} topics); state in {demo.workdir}")
     for node in NODES:  # undo a drain left by an earlier demo run
-        info = demo.slurm("scontrol", "show", "node", "-o", node).stdout
-        if "DRAIN" in _kv(info).get("State", "") and _kv(info).get("Reason", "").startswith("sickbay"):
+        info = _kv(demo.slurm("scontrol", "show", "node", "-o", node).stdout)
+        if "DRAIN" in info.get("State", "") and info.get("Reason", "").startswith("sickbay"):
             demo.slurm("scontrol", "update", f"NodeName={node}", "State=RESUME")
 
-    step("2. sickbay roles: faust worker (act mode), slurm adapter, clickhouse sink, slurmctld log collector")
+
+def start_roles(demo: Demo) -> None:
+    step(f"2. sickbay roles ({demo.mode} mode): faust worker, slurm adapter, clickhouse sink, collector")
     demo.spawn("worker", "worker")
     demo.spawn("adapter", "adapter", "slurm")
     demo.spawn("sink", "sink", "clickhouse")
-    ctld_log = s.state_dir / "slurm" / "log" / "slurmctld.log"
+    ctld_log = demo.settings.state_dir / "slurm" / "log" / "slurmctld.log"
+    host = socket.gethostname()
     demo.spawn(
-        "collector",
-        "collect",
-        "file",
-        "--follow",
-        "--from-end",
-        "--host",
-        socket.gethostname(),
-        str(ctld_log),
+        "collector-slurmctld", "collect", "file", "--follow", "--from-end", "--host", host, str(ctld_log)
     )
     t0 = time.monotonic()
+    worker_log = demo.workdir / "worker.log"
     wait_for(
         "the Faust worker to be ready",
-        lambda: "Worker]: Ready" in (demo.workdir / "worker.log").read_text(errors="replace"),
+        lambda: "Worker]: Ready" in worker_log.read_text(errors="replace"),
         120,
         0.25,
     )
     say(f"worker ready in {time.monotonic() - t0:.1f}s")
 
-    step("3. a real 4-node training job")
+
+def submit_job(demo: Demo) -> None:
+    step("3. a real 4-node training job (sbatch)")
     script = demo.workdir / "train.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH --job-name=llm-pretrain\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"
-        "#SBATCH --requeue\n"
         "srun bash -c 'for i in $(seq 1 600); do echo \"[rank$SLURM_PROCID] iteration $i/600 | "
         "loss 2.$((RANDOM % 90 + 10)) | tokens/s 4$((RANDOM % 9000 + 1000))\"; sleep 1; done'\n"
     )
-    sub = demo.slurm(
-        "sbatch", "--parsable", "-o", str(demo.workdir / "slurm-%j.out"), str(script), check=True
-    )
-    demo.job_id = sub.stdout.strip().split(";")[0]
-    job = demo.job_id
-
-    def job_info() -> dict[str, str]:
-        return _kv(demo.slurm("scontrol", "show", "job", "-o", job).stdout)
-
-    info = wait_for(
-        "the job to run", lambda: job_info() if job_info().get("JobState") == "RUNNING" else None, 60
-    )
+    out = demo.workdir / "slurm-%j.out"
+    sub = demo.slurm("sbatch", "--parsable", "-o", str(out), str(script), check=True)
+    demo.job_id = job = sub.stdout.strip().split(";")[0]
+    info = wait_for("the job to run", lambda: (i := demo.job_info()).get("JobState") == "RUNNING" and i, 60)
     say(f"job {job}: {info.get('JobState')} on {info.get('NodeList')}")
-    nodes = _expand(info.get("NodeList", ""))
-    ranks = {n: i for i, n in enumerate(nodes)}
+    demo.ranks = {n: i for i, n in enumerate(_expand(info.get("NodeList", "")))}
+    # The job's own output (training progress from every rank) goes through the collector too.
+    demo.spawn(
+        "collector-job",
+        "collect",
+        "file",
+        "--follow",
+        "--host",
+        info.get("BatchHost", "gpu-01"),
+        str(out).replace("%j", job),
+    )
     time.sleep(1.5)  # the collector ships the allocation line from slurmctld.log
 
+
+def inject(demo: Demo) -> float:
     step(f"4. fault: Xid 79 on {FAULT_NODE}, NCCL watchdog timeouts on the other ranks (shipper JSON)")
     from connectors.kafka import ReliableProducer
     from connectors.sources.files import LineSink
 
-    xid, timeouts = fault_records(job, ranks, datetime.now(UTC))
-    (demo.workdir / "faults.jsonl").write_bytes(b"\n".join([xid, *timeouts]) + b"\n")
+    s = demo.settings
+    xid, timeouts = fault_records(demo.job_id or "?", demo.ranks, datetime.now(UTC))
+    path = demo.workdir / "faults.jsonl"
+    path.write_bytes(b"\n".join([JUNK, xid, *timeouts]) + b"\n")
+    demo.expected_timeouts = len(timeouts)
     producer = ReliableProducer(s.kafka_bootstrap, "sickbay-demo-injector", linger_ms=0)
     sink = LineSink(producer, s.topics.raw_logs.name, None, None)
+    sink.line(JUNK, str(path), 1)  # bad input first: it must be dead-lettered, not stop anything
     t_fault = time.monotonic()
-    sink.line(xid, str(demo.workdir / "faults.jsonl"), 1)
+    sink.line(xid, str(path), 2)
     producer.flush(10)
-    for n, rec in enumerate(timeouts, 2):
-        sink.line(rec, str(demo.workdir / "faults.jsonl"), n)
+    for n, rec in enumerate(timeouts, 3):
+        sink.line(rec, str(path), n)
     if producer.flush(10) or producer.failed:
         raise RuntimeError(f"fault lines were not delivered: {producer.last_error}")
-    say(f"injected {1 + len(timeouts)} records into {s.topics.raw_logs.name}")
+    say(f"injected 1 malformed record + {1 + len(timeouts)} fault records into {s.topics.raw_logs.name}")
+    return t_fault
 
-    def drained() -> str | None:
-        for line in demo.slurm("sinfo", "-R", "-h", "-o", "%N|%T|%E").stdout.splitlines():
-            node, state, reason = (line.split("|", 2) + ["", ""])[:3]
-            if FAULT_NODE in _expand(node) and "drain" in state and reason.startswith("sickbay"):
-                return line
-        return None
 
-    wait_for(f"{FAULT_NODE} to be drained by sickbay", drained, 90, 0.05)
-    fault_to_drain = time.monotonic() - t_fault
+def drained_line(demo: Demo) -> str | None:
+    for line in demo.slurm("sinfo", "-R", "-h", "-N", "-o", "%N|%T|%E").stdout.splitlines():
+        node, state, reason = [*line.split("|", 2), "", ""][:3]
+        if node == FAULT_NODE and "drain" in state and reason.startswith("sickbay"):
+            return line
+    return None
 
-    def requeued() -> dict[str, str] | None:
-        i = job_info()
-        return (
-            i if FAULT_NODE in _expand(i.get("ExcNodeList", "")) and i.get("Restarts", "0") != "0" else None
-        )
 
-    info = wait_for("the job to be requeued excluding the node", requeued, 60, 0.1)
+def requeued(demo: Demo) -> dict[str, str] | None:
+    info = demo.job_info()
+    excluded = FAULT_NODE in _expand(info.get("ExcNodeList", ""))
+    return info if excluded and info.get("Restarts", "0") != "0" else None
+
+
+def await_actions(demo: Demo, t_fault: float) -> float:
+    """Act mode: wait for the drain (timed) and the requeue. Observe mode: for the dry-run results."""
+    if demo.mode == "act":
+        wait_for(f"{FAULT_NODE} to be drained by sickbay", lambda: drained_line(demo), 90, 0.05)
+        elapsed = time.monotonic() - t_fault
+        wait_for("the job to be requeued excluding the node", lambda: requeued(demo), 60, 0.1)
+    else:
+        wait_for("dry-run results for drain and requeue", lambda: len(demo.results()) >= 2, 90, 0.2)
+        elapsed = time.monotonic() - t_fault
     time.sleep(2.5)  # let the sink flush its last batch
+    return elapsed
 
+
+def show_incident(demo: Demo) -> Incident:
     step("5. the incident")
-    incidents = [
-        Incident.model_validate(codec.loads(v))
-        for v in _latest(s.kafka_bootstrap, s.topics.incidents.name, f"demo{demo.run_id}-reader")
-    ]
-    latest = max(incidents, key=lambda i: i.revision) if incidents else None
-    if latest is None:
+    s = demo.settings
+    raw = _read_topic(s.kafka_bootstrap, s.topics.incidents.name, f"demo{demo.run_id}-reader")
+    incidents = [Incident.model_validate(codec.loads(v)) for v in raw]
+    if not incidents:
         raise RuntimeError("no incident on the incidents topic")
+    latest = max(incidents, key=lambda i: i.revision)
     _print_incident(latest)
-    demo.check("one incident", len({i.incident_id for i in incidents}) == 1)
+    demo.check("one incident for the failure", len({i.incident_id for i in incidents}) == 1)
     demo.check("category hardware_gpu", latest.category.value == "hardware_gpu")
     demo.check(f"culprit {FAULT_NODE}", latest.culprit is not None and latest.culprit.node == FAULT_NODE)
     demo.check(
-        "timeouts kept as supporting symptoms",
-        any(x.rule == "nccl.watchdog_timeout" and x.count == len(timeouts) for x in latest.supporting),
+        "NCCL timeouts kept as supporting symptoms",
+        any(
+            x.rule == "nccl.watchdog_timeout" and x.count == demo.expected_timeouts for x in latest.supporting
+        ),
     )
+    letters = _read_topic(s.kafka_bootstrap, s.topics.dlq.name, f"demo{demo.run_id}-dlq")
+    reasons = [codec.loads(v).get("reason") for v in letters]
+    say(f"dead letters: {reasons}")
+    demo.check("malformed record dead-lettered with its reason", reasons == ["invalid_json"])
+    return latest
 
+
+def show_actions(demo: Demo) -> None:
     step("6. the actions")
-    results = [
-        ActionResult.model_validate(codec.loads(v))
-        for v in _latest(s.kafka_bootstrap, s.topics.action_results.name, f"demo{demo.run_id}-results")
-    ]
+    results = demo.results()
     for r in results:
         say(f"{r.kind.value:12} {r.status.value:10} {r.detail}")
         for c in r.commands:
             say(f"    $ {' '.join(c.argv)}  -> rc {c.returncode}")
-    demo.check(
-        "drain and requeue succeeded",
-        {r.kind.value for r in results if r.status.value in ("succeeded", "converged")}
-        >= {"drain_node", "requeue_job"},
-    )
+    statuses = {r.kind.value: r.status.value for r in results}
     say("\n$ sinfo -R")
-    say(demo.slurm("sinfo", "-R").stdout.rstrip())
-    say(f"\n$ scontrol show job {job}   (fields of interest)")
-    say(
-        "  "
-        + "  ".join(
-            f"{k}={info.get(k)}" for k in ("JobState", "Reason", "Restarts", "ExcNodeList", "NodeList")
+    say(demo.slurm("sinfo", "-R").stdout.rstrip() or "(no drained nodes)")
+    info = demo.job_info()
+    say(f"\n$ scontrol show job {demo.job_id}   (fields of interest)")
+    fields = ("JobState", "Reason", "Restarts", "ExcNodeList", "NodeList")
+    say("  " + "  ".join(f"{k}={info.get(k)}" for k in fields))
+    if demo.mode == "act":
+        done = ("succeeded", "converged")
+        demo.check(
+            "drain and requeue executed",
+            statuses.get("drain_node") in done and statuses.get("requeue_job") in done,
         )
-    )
-    demo.check("sinfo -R shows the drain", drained() is not None)
-    demo.check("scontrol shows requeue with ExcNodeList", requeued() is not None)
+        demo.check("sinfo -R shows the drain with sickbay's reason", drained_line(demo) is not None)
+        demo.check("scontrol shows the requeue with ExcNodeList", requeued(demo) is not None)
+    else:
+        demo.check(
+            "observe mode: drain and requeue recorded as dry runs",
+            statuses == {"drain_node": "dry_run", "requeue_job": "dry_run"},
+        )
+        demo.check("observe mode: the node was not drained", drained_line(demo) is None)
+        demo.check("observe mode: the job was not requeued", info.get("Restarts") == "0")
 
+
+def query_store(demo: Demo, incident: Incident) -> None:
     step("7. ClickHouse (chdb, embedded) over the stored incident")
     demo.stop("sink")  # chdb allows one process per store: the sink flushes and lets go
     from connectors.sinks.clickhouse_schema import get_client
 
-    sql = (
-        f"SELECT incident_id, revision, category, culprit_node, root_rule, root_code, confidence, "
-        f"length(JSONExtractArrayRaw(supporting)) AS supporting_groups "
-        f"FROM {s.clickhouse_database}.incidents FINAL WHERE incident_id = %(id)s"
+    s = demo.settings
+    db = s.clickhouse_database  # a validated identifier
+    cols = (
+        "incident_id, revision, category, culprit_node, root_rule, root_code, "
+        "round(toFloat64(confidence), 2) AS conf, "
+        "length(JSONExtractArrayRaw(supporting)) AS supporting_groups, "
+        "arrayStringConcat(coverage, ',') AS coverage"
     )
+    sql = f"SELECT {cols} FROM {db}.incidents FINAL WHERE incident_id = %(id)s"  # noqa: S608 - validated db
     client = get_client(s.clickhouse_dsn)
-    res = client.query(sql, parameters={"id": latest.incident_id})
-    say(sql.replace("%(id)s", f"'{latest.incident_id}'"))
+    try:
+        res = client.query(sql, parameters={"id": incident.incident_id})
+        stored = client.query(
+            f"SELECT kind, status FROM {db}.action_results FINAL "  # noqa: S608 - a validated identifier
+            "WHERE incident_id = %(id)s ORDER BY kind",
+            parameters={"id": incident.incident_id},
+        ).result_rows
+    finally:
+        client.close()
+    say(sql.replace("%(id)s", f"'{incident.incident_id}'"))
     say("  " + " | ".join(res.column_names))
     for row in res.result_rows:
         say("  " + " | ".join(str(v) for v in row))
-    actions_sql = (
-        f"SELECT kind, status FROM {s.clickhouse_database}.action_results FINAL "
-        "WHERE incident_id = %(id)s ORDER BY kind"
-    )
-    stored_results = client.query(actions_sql, parameters={"id": latest.incident_id}).result_rows
-    client.close()
     demo.check(
         "incident stored in ClickHouse", len(res.result_rows) == 1 and res.result_rows[0][3] == FAULT_NODE
     )
-    demo.check("action results stored in ClickHouse", len(stored_results) >= 2)
+    demo.check("action results stored in ClickHouse", len(stored) == 2)
 
+
+def report(demo: Demo, incident: Incident, fault_to_action: float) -> int:
     step("result")
     for name, ok in demo.checks.items():
         say(f"  [{'ok' if ok else 'FAILED'}] {name}")
-    say(f"\nfault line injected → {FAULT_NODE} drained: {fault_to_drain:.2f} s")
+    what = f"{FAULT_NODE} drained" if demo.mode == "act" else "dry-run actions recorded"
+    say(f"\nfault line injected → {what}: {fault_to_action:.2f} s")
     ok = all(demo.checks.values())
-    say(
-        codec.dumps(
-            {
-                "demo": "ok" if ok else "failed",
-                "fault_to_drain_s": round(fault_to_drain, 3),
-                "incident_id": latest.incident_id,
-                "job_id": job,
-            }
-        ).decode()
-    )
+    key = "fault_to_drain_s" if demo.mode == "act" else "fault_to_advice_s"
+    summary = {
+        "demo": "ok" if ok else "failed",
+        "mode": demo.mode,
+        key: round(fault_to_action, 3),
+        "incident_id": incident.incident_id,
+        "job_id": demo.job_id,
+    }
+    say(codec.dumps(summary).decode())
     return 0 if ok else 1
 
 

@@ -205,11 +205,16 @@ def dev_status() -> None:
 
 
 @app.command()
-def demo(keep: Annotated[bool, typer.Option(help="leave the stack running afterwards")] = False) -> None:
+def demo(
+    keep: Annotated[bool, typer.Option(help="leave the stack running and the node drained")] = False,
+    mode: Annotated[str, typer.Option(help="act (drain and requeue for real) or observe (dry run)")] = "act",
+) -> None:
     """The end-to-end walking skeleton: one GPU fault, from log line to drained node."""
     from streams.cli.demo import run_demo
 
-    raise typer.Exit(run_demo(keep=keep))
+    if mode not in ("act", "observe"):
+        _fail(f"--mode must be act or observe, not {mode!r}")
+    raise typer.Exit(run_demo(keep=keep, mode=mode))
 
 
 def main() -> None:

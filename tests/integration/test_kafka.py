@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer
+
+from connectors.kafka import ReliableProducer, consumer_config, ensure_topics
+from schemas.topics import TopicCatalog, TopicSpec
+
+pytestmark = pytest.mark.integration
+
+
+def test_catalog_topics_are_created_with_their_partition_counts_and_retention(kafka_bootstrap):
+    from connectors.kafka import admin
+
+    cat = TopicCatalog(prefix=f"it{uuid.uuid4().hex[:8]}", partitions=3)
+    created = ensure_topics(kafka_bootstrap, cat.all())
+    assert set(created) == {t.name for t in cat.all()}
+    assert ensure_topics(kafka_bootstrap, cat.all()) == []  # idempotent
+    meta = admin(kafka_bootstrap).list_topics(timeout=10).topics
+    assert len(meta[cat.raw_logs.name].partitions) == 3
+    assert len(meta[cat.dlq.name].partitions) == 1
+
+
+def test_an_existing_topic_with_another_partition_count_is_refused_with_a_clear_error(kafka_bootstrap):
+    name = f"it{uuid.uuid4().hex[:8]}.mismatch"
+    ensure_topics(kafka_bootstrap, [TopicSpec(name=name, key="k", value="v", partitions=2)])
+    with pytest.raises(RuntimeError, match="PartitionsMismatch"):
+        ensure_topics(kafka_bootstrap, [TopicSpec(name=name, key="k", value="v", partitions=4)])
+
+
+def test_confluent_producers_partition_keys_like_faust_and_aiokafka(kafka_bootstrap):
+    """librdkafka's default partitioner differs from aiokafka's murmur2; ours must agree with Faust."""
+    from aiokafka.partitioner import DefaultPartitioner
+
+    name = f"it{uuid.uuid4().hex[:8]}.keys"
+    ensure_topics(kafka_bootstrap, [TopicSpec(name=name, key="k", value="v", partitions=8)])
+    producer = ReliableProducer(kafka_bootstrap, "it-keys", linger_ms=0)
+    keys = [f"gpu-{i:02d}".encode() for i in range(40)]
+    for key in keys:
+        producer.produce(name, b"x", key=key)
+    assert producer.flush(10) == 0 and producer.failed == 0
+    consumer = Consumer(consumer_config(kafka_bootstrap, f"it-{uuid.uuid4().hex}", "it"))
+    consumer.subscribe([name])
+    seen: dict[bytes, int] = {}
+    for _ in range(200):
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            seen[msg.key()] = msg.partition()
+        if len(seen) == len(keys):
+            break
+    consumer.close()
+    partitioner = DefaultPartitioner()
+    want = {k: partitioner(k, list(range(8)), list(range(8))) for k in keys}
+    assert seen == want
