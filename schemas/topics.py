@@ -25,18 +25,33 @@ class TopicSpec(BaseModel):
     description: str = ""
 
     def config(self) -> dict[str, str]:
-        cfg = {"retention.ms": str(self.retention_ms)}
-        if self.compacted:
-            cfg["cleanup.policy"] = "compact"
-        return cfg
+        if self.compacted:  # a changelog keeps the latest value per key, whatever its age
+            return {"cleanup.policy": "compact"}
+        return {"retention.ms": str(self.retention_ms)}
+
+
+# The Faust tables, by name. Their changelog topics (``<app_id>-<table>-changelog``) are
+# pre-created with the source topics' partition count: a changelog that Faust creates at
+# start-up can be missing from a fresh broker's metadata for seconds, and Faust then
+# refuses every table write with ``PartitionsMismatch``.
+TABLE_NODE_JOBS = "node-jobs"
+TABLE_JOB_TOPOLOGY = "job-topology"
+TABLE_INCIDENT_WINDOWS = "incident-windows"
+TABLE_DECIDE_ISSUED = "decide-issued"
+FAUST_TABLES = (TABLE_NODE_JOBS, TABLE_JOB_TOPOLOGY, TABLE_INCIDENT_WINDOWS, TABLE_DECIDE_ISSUED)
 
 
 class TopicCatalog:
-    """All of sickbay's topics under one prefix (a prefix per test keeps tests apart)."""
+    """All of sickbay's topics under one prefix (a prefix per test keeps tests apart).
 
-    def __init__(self, prefix: str = "sickbay", partitions: int = 4) -> None:
+    ``app_id`` names the Faust app whose internal topics (table changelogs, the
+    leader-election topic) are created with the rest.
+    """
+
+    def __init__(self, prefix: str = "sickbay", partitions: int = 4, app_id: str = "sickbay") -> None:
         self.prefix = prefix
         self.partitions = partitions
+        self.app_id = app_id
         p = partitions
         self.raw_logs = TopicSpec(
             name=f"{prefix}.raw.logs",
@@ -121,7 +136,31 @@ class TopicCatalog:
             description="Records a stage refused, with the reason and original bytes",
         )
 
+    def faust_internal(self) -> list[TopicSpec]:
+        changelogs = [
+            TopicSpec(
+                name=f"{self.app_id}-{table}-changelog",
+                key="table key",
+                value="table value",
+                partitions=self.partitions,
+                compacted=True,
+                description=f"Faust changelog of table {table}",
+            )
+            for table in FAUST_TABLES
+        ]
+        leader = TopicSpec(
+            name=f"{self.app_id}-__assignor-__leader",
+            key="-",
+            value="-",
+            partitions=1,
+            description="Faust leader election",
+        )
+        return [*changelogs, leader]
+
     def all(self) -> list[TopicSpec]:
+        return [*self.sickbay(), *self.faust_internal()]
+
+    def sickbay(self) -> list[TopicSpec]:
         return [
             self.raw_logs,
             self.signals_node,

@@ -71,7 +71,7 @@ class Settings(BaseSettings):
 
     @property
     def topics(self) -> TopicCatalog:
-        return TopicCatalog(prefix=self.topic_prefix, partitions=self.partitions)
+        return TopicCatalog(prefix=self.topic_prefix, partitions=self.partitions, app_id=self.app_id)
 
     @property
     def chdb_dir(self) -> Path:

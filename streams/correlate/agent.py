@@ -22,6 +22,7 @@ from schemas import codec
 from schemas.base import UtcDatetime, utcnow
 from schemas.incidents import Incident
 from schemas.signals import JobNodeAssignment, Role, Signal
+from schemas.topics import TABLE_INCIDENT_WINDOWS, TABLE_JOB_TOPOLOGY, TABLE_NODE_JOBS
 from streams.correlate.correlator import Timing, add_signal, apply_topology, decide_now, tick
 from streams.correlate.state import IncidentWindow, JobTopology
 from streams.deadletters import dead_letter_event
@@ -92,9 +93,9 @@ class CorrelateStage:
             quiet_s=settings.incident_quiet_s,
             refine_interval_s=settings.refine_interval_s,
         )
-        self.node_jobs = app.Table("node-jobs", default=None, partitions=settings.partitions)
-        self.job_topology = app.Table("job-topology", default=None, partitions=settings.partitions)
-        self.windows = app.Table("incident-windows", default=None, partitions=settings.partitions)
+        self.node_jobs = app.Table(TABLE_NODE_JOBS, default=None, partitions=settings.partitions)
+        self.job_topology = app.Table(TABLE_JOB_TOPOLOGY, default=None, partitions=settings.partitions)
+        self.windows = app.Table(TABLE_INCIDENT_WINDOWS, default=None, partitions=settings.partitions)
 
     async def dead_letter(self, stage: str, event: Any, key: str, exc: Exception) -> None:
         await dead_letter_event(self.t.dlq, stage, event, key, exc)

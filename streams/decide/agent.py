@@ -11,6 +11,7 @@ from schemas.actions import Action
 from schemas.audit import AuditRecord
 from schemas.base import utcnow
 from schemas.incidents import Incident
+from schemas.topics import TABLE_DECIDE_ISSUED
 from streams.deadletters import dead_letter_event
 from streams.decide.policy import PolicyConfig, advise
 from streams.pipeline import Pipeline, key_str
@@ -61,7 +62,7 @@ def _held(incident: Incident, note: str, cfg: PolicyConfig, now: datetime) -> Au
 def register(pipe: Pipeline) -> None:
     app, t, settings = pipe.app, pipe.topics, pipe.settings
     cfg = PolicyConfig(mode=settings.mode, max_isolate=settings.max_isolate_per_incident)
-    issued = app.Table("decide-issued", default=None, partitions=settings.partitions)
+    issued = app.Table(TABLE_DECIDE_ISSUED, default=None, partitions=settings.partitions)
     pipe.tables["issued"] = issued
 
     async def handle(job_id: str, incident: Incident) -> None:

@@ -153,3 +153,10 @@ def test_signal_models_round_trip_through_the_faust_codec():
     sig = one(kernel_xid("gpu-03", 79, T0))
     data = codecs.dumps("sickbay-json", sig)
     assert Signal.model_validate(codecs.loads("sickbay-json", data)) == sig
+
+
+def test_the_catalog_pre_creates_exactly_the_internal_topics_faust_uses(pipe: Pipeline):
+    app = pipe.app
+    faust_names = {table.changelog_topic.get_topic_name() for table in app.tables.values()}
+    faust_names.add(app._leader_assignor._leader_topic_name)
+    assert faust_names == {spec.name for spec in pipe.settings.topics.faust_internal()}
