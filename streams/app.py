@@ -27,7 +27,8 @@ codecs.register(CODEC, SickbayCodec())
 
 
 def create_app(settings: Settings, **overrides: Any) -> faust.App:
-    """Build the app; tests pass ``store="memory://"`` and their own ``id``."""
+    """Build the app; tests pass ``store="memory://"``. The id is always ``settings.app_id``, so the
+    catalog pre-creates the internal topics this app will use."""
     conf: dict[str, Any] = {
         "broker": f"kafka://{settings.kafka_bootstrap}",
         "store": settings.faust_store,
@@ -53,6 +54,6 @@ def create_app(settings: Settings, **overrides: Any) -> faust.App:
         "value_serializer": CODEC,
     }
     conf.update(overrides)
-    app_id = conf.pop("id", settings.app_id)
+    app_id = settings.app_id
     (settings.state_dir / "faust" / app_id).mkdir(parents=True, exist_ok=True)
     return faust.App(app_id, **conf)

@@ -24,10 +24,11 @@ from tests.factories import T0, kernel_xid, nccl_timeout, one, slurmctld_allocat
 
 @pytest.fixture
 async def pipe(tmp_path):
+    run = uuid.uuid4().hex[:8]
     settings = Settings(
-        topic_prefix=f"t{uuid.uuid4().hex[:8]}", partitions=1, state_dir=tmp_path, lateness_s=3600
+        app_id=f"test-{run}", topic_prefix=f"t{run}", partitions=1, state_dir=tmp_path, lateness_s=3600
     )
-    app = create_app(settings, id=f"test-{uuid.uuid4().hex[:8]}", store="memory://")
+    app = create_app(settings, store="memory://")
     pipeline = build(app, settings)
     app.loop = asyncio.get_running_loop()
     app.finalize()
