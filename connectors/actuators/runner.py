@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import signal as os_signal
 import time
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError
 from pydantic import ValidationError
 
 from connectors.actuators.slurm_adapter import SlurmAdapter
 from connectors.kafka import ReliableProducer, consumer_config
+from connectors.lifecycle import StopFlag
 from schemas import codec
 from schemas.actions import Action, ActionResult
 from schemas.audit import AuditRecord
@@ -57,15 +56,8 @@ def run_adapter(
     consumer = Consumer(consumer_config(bootstrap, group_id, "sickbay-adapter-slurm"))
     consumer.subscribe([cat.actions.name])
     producer = ReliableProducer(bootstrap, "sickbay-adapter-slurm", linger_ms=0)
-    stopping = False
     handled = 0
-
-    def _stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    os_signal.signal(os_signal.SIGTERM, _stop)
-    os_signal.signal(os_signal.SIGINT, _stop)
+    stopping = StopFlag()
     last = time.monotonic()
     try:
         while not stopping:

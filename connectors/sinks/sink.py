@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import signal as os_signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError
 from pydantic import ValidationError
 
 from connectors.kafka import consumer_config
+from connectors.lifecycle import StopFlag
 from connectors.sinks import rows
 from connectors.sinks.clickhouse_schema import get_client, migrate
 from schemas import codec
@@ -125,14 +125,7 @@ def run_sink(
     sink = ClickHouseSink(client, database, cat)
     consumer = Consumer(consumer_config(bootstrap, group_id, "sickbay-sink"))
     consumer.subscribe(list(sink.map))
-    stopping = False
-
-    def _stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    os_signal.signal(os_signal.SIGTERM, _stop)
-    os_signal.signal(os_signal.SIGINT, _stop)
+    stopping = StopFlag()
     last_flush = last_record = time.monotonic()
     uncommitted = 0
     try:

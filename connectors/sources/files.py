@@ -9,7 +9,6 @@ line number and job it came from. The Kafka key is the host.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from connectors.kafka import ReliableProducer
+from connectors.lifecycle import StopFlag
 from schemas import codec
 from schemas.base import utcnow
 from schemas.raw import SickbayLineRecord
@@ -121,14 +121,7 @@ def follow(
     stop_after_s: float | None = None,
 ) -> None:
     """Tail files until SIGTERM/SIGINT: survives truncation (copytruncate) and rotation (new inode)."""
-    stopping = False
-
-    def _stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stopping = StopFlag()
     tails = [_Tail(Path(p)) for p in paths]
     started = time.monotonic()
     first = True

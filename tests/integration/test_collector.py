@@ -16,7 +16,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_collect_file_forwards_shipper_json_unchanged_and_wraps_plain_lines(kafka_bootstrap, tmp_path):
-    cat = TopicCatalog(prefix=f"it{uuid.uuid4().hex[:8]}", partitions=2)
+    prefix = f"it{uuid.uuid4().hex[:8]}"
+    cat = TopicCatalog(prefix=prefix, partitions=2, app_id=prefix)
     ensure_topics(kafka_bootstrap, cat.all())
     fluent = b'{"@timestamp":1764417600.5,"log":"NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.","hostname":"gpu-03"}'
     path = tmp_path / "slurm-77.out"

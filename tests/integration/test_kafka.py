@@ -14,7 +14,8 @@ pytestmark = pytest.mark.integration
 def test_catalog_topics_are_created_with_their_partition_counts_and_retention(kafka_bootstrap):
     from connectors.kafka import admin
 
-    cat = TopicCatalog(prefix=f"it{uuid.uuid4().hex[:8]}", partitions=3)
+    prefix = f"it{uuid.uuid4().hex[:8]}"
+    cat = TopicCatalog(prefix=prefix, partitions=3, app_id=prefix)
     created = ensure_topics(kafka_bootstrap, cat.all())
     assert set(created) == {t.name for t in cat.all()}
     assert ensure_topics(kafka_bootstrap, cat.all()) == []  # idempotent
