@@ -58,6 +58,8 @@ class Signal(Contract):
     restartable: bool | None = None
     isolation: Literal["none", "gpu", "node", "link"] = "none"
     decisive: bool = False
+    weight: int = Field(default=50, ge=0, le=100)  # specificity of the rule, for root selection
+    context: str | None = None  # history/co-occurrence handling the engine applies (see rules.Context)
     text: str = Field(max_length=4096)
     source: SourceRef = Field(default_factory=SourceRef)
     routed: bool = False  # a copy re-keyed from a node onto one of its jobs

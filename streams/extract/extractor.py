@@ -148,6 +148,8 @@ class Extractor:
             restartable=pick("restartable", rule.restartable),
             isolation=pick("isolation", rule.isolation),
             decisive=pick("decisive", rule.decisive),
+            weight=pick("weight", rule.weight),
+            context=pick("context", rule.context),
             text=line.text[:MAX_TEXT],
             source=SourceRef(
                 kind=rule.source,

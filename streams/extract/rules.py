@@ -29,6 +29,15 @@ RULES_DIR = Path(__file__).parent / "rules"
 Cast = Literal["str", "int", "float", "hostlist"]
 SourceKind = Literal["kernel", "training", "scheduler", "telemetry", "other"]
 Isolation = Literal["none", "gpu", "node", "link"]
+# How the attribution engine treats a code whose meaning depends on history or company
+# (failure-signatures.md §2.5). ``None``: the static meaning stands.
+Context = Literal[
+    "recurrence",  # application unless it repeats on the same GPU (Xid 13, 31): then hardware
+    "sympathetic",  # follows another error (Xid 45, 94/95 with another Xid): never the root if another exists
+    "companion",  # its meaning sharpens with a companion code (Xid 48 with 63/64, DRAM/SRAM 171/172)
+    "decode",  # registers/sub-codes decide (Xid 74, 144-150): kept as reported, flagged for decoding
+    "recovery_action",  # states the recovery action itself (Xid 154): overrides the companion's
+]
 
 
 class Example(BaseModel):
@@ -50,6 +59,8 @@ class Meaning(BaseModel):
     isolation: Isolation | None = None
     decisive: bool | None = None
     summary: str | None = None
+    weight: int | None = Field(default=None, ge=0, le=100)
+    context: Context | None = None
 
 
 class LookupEntry(Meaning):
@@ -72,6 +83,10 @@ class Rule(BaseModel):
     isolation: Isolation = "none"
     decisive: bool = False
     summary: str
+    # Specificity when choosing a root: generic catch-alls (a bare ``FooError:``) weigh less than
+    # a specific signature and lose to it even when earlier. 50 is a specific signature.
+    weight: int = Field(default=50, ge=0, le=100)
+    context: Context | None = None
     lookup: str | None = None
     lookup_key: str | None = None
     examples: list[Example] = Field(min_length=2)
@@ -93,6 +108,11 @@ class Rule(BaseModel):
     @cached_property
     def regex(self) -> re.Pattern[str]:
         return re.compile(self.pattern)
+
+    @property
+    def family(self) -> str:
+        """The id's first part: gpu, network, nccl, cuda, framework, host, scheduler, infra, progress, ..."""
+        return self.id.split(".", 1)[0]
 
 
 class RuleFile(BaseModel):
