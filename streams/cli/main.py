@@ -6,7 +6,7 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -215,6 +215,43 @@ def demo(
     if mode not in ("act", "observe"):
         _fail(f"--mode must be act or observe, not {mode!r}")
     raise typer.Exit(run_demo(keep=keep, mode=mode))
+
+
+@app.command()
+def diagnose(
+    paths: Annotated[
+        list[str], typer.Argument(help="files, folders (recursive), - for stdin; plain or gzip")
+    ],
+    fmt: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    colour: Annotated[bool | None, typer.Option("--colour/--no-colour", help="default: on a TTY")] = None,
+) -> None:
+    """Attribute a failure from log files, in-process: no Kafka, no services."""
+    from datetime import UTC, datetime
+
+    from schemas import codec
+    from streams.diagnose.driver import Diagnoser, summary
+    from streams.diagnose.render import render_text
+
+    if fmt not in ("text", "json"):
+        _fail(f"--format must be text or json, not {fmt!r}")
+    total = sum(Path(p).stat().st_size for p in paths if p != "-" and Path(p).is_file())
+    show_progress = sys.stderr.isatty() and total > 50_000_000
+
+    def progress(report: Any) -> None:
+        if show_progress:
+            pct = min(100.0, 100.0 * report.bytes / total) if total else 0.0
+            sys.stderr.write(f"\rreading {report.bytes / 1e6:8.0f} MB  {pct:5.1f}%")
+            sys.stderr.flush()
+
+    result = Diagnoser().run(paths, datetime.now(UTC), progress=progress)
+    if show_progress:
+        sys.stderr.write("\n")
+    if fmt == "json":
+        typer.echo(codec.dumps(summary(result)).decode())
+    else:
+        typer.echo(render_text(result, colour=sys.stdout.isatty() if colour is None else colour))
+    if result.report.files == 0:
+        _fail("no input: " + "; ".join(result.report.problems or ["nothing to read"]), 2)
 
 
 def main() -> None:

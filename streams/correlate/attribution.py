@@ -1,13 +1,27 @@
 """Attribution: from the signals of one window, pick the root, the culprit and the verdict.
 
-Rules (failure-signatures.md §5):
-- a decisive root candidate (e.g. Xid 79, Xid 48) beats every other candidate;
-- otherwise the earliest root candidate by event time wins; ties go to the
-  category order below (hardware before software before application), then to
-  the signal id so that the choice is deterministic;
-- cascades (NCCL watchdog timeouts) and hints are never a root while any root
-  candidate exists; with none, the earliest cascade stands in with
-  category ``unknown`` and low confidence.
+One engine, two drivers: the Faust correlator calls it on an incident window,
+``sickbay diagnose`` on the signals of a log folder.
+
+Root selection (failure-signatures.md §5), in order:
+
+1. a decisive root candidate (e.g. Xid 79, Xid 48) beats every other candidate;
+2. a specific signature beats a generic catch-all (``weight`` < 40, e.g. a bare
+   ``FooError:``) even when the catch-all came first;
+3. the earliest by event time (lines without a time of their own keep their
+   order in the input);
+4. ties: the category order below (hardware before software before
+   application), then the signal id, so the choice is deterministic.
+
+Cascades (NCCL watchdog timeouts) and hints are never a root while any root
+candidate exists; with none, the earliest cascade stands in with category
+``unknown`` and low confidence.
+
+History and company change some codes' meaning (the rule's ``context``):
+``sympathetic`` codes (Xid 45, 141) step aside when another root exists;
+``recurrence`` codes (Xid 13, 31) that repeat on one GPU become a hardware
+fault of that GPU; a ``recovery_action`` (Xid 154) sets the isolation scope of
+the fault it accompanies.
 """
 
 from __future__ import annotations
@@ -50,9 +64,72 @@ class Verdict:
         return f"{self.root.signal_id}|{self.category}|{culprit}|{','.join(self.isolate)}|{self.restartable}"
 
 
-def _root_key(s: Signal) -> tuple[bool, float, int, str]:
+GENERIC_WEIGHT = 40
+RECURRENCE_THRESHOLD = 3  # the same code on the same GPU this many times: not the application
+
+
+def _root_key(s: Signal) -> tuple[bool, bool, float, int, str]:
     category = s.category or Category.UNKNOWN
-    return (not s.decisive, s.event_time.timestamp(), CATEGORY_ORDER.index(category), s.signal_id)
+    return (
+        not s.decisive,
+        s.weight < GENERIC_WEIGHT,
+        s.event_time.timestamp(),
+        CATEGORY_ORDER.index(category),
+        s.signal_id,
+    )
+
+
+_RECOVERY_SCOPE = {"node reboot": "node", "reset": "gpu", "drain": "gpu", "none": "none"}
+
+
+def _recovery_scope(s: Signal) -> str | None:
+    text = str(s.attrs.get("recovery_action") or s.text).lower()
+    tail = text.rsplit(" to ", 1)[-1]
+    for needle, scope in _RECOVERY_SCOPE.items():
+        if needle in tail:
+            return scope
+    return None
+
+
+def contextualise(roots: list[Signal]) -> tuple[list[Signal], list[Signal]]:
+    """Apply history and co-occurrence to the root candidates: (still candidates, demoted to support)."""
+    demoted = [r for r in roots if r.context == "recovery_action"]
+    candidates = [r for r in roots if r.context != "recovery_action"]
+    solid = [r for r in candidates if r.context != "sympathetic"]
+    if solid:
+        demoted += [r for r in candidates if r.context == "sympathetic"]
+        candidates = solid
+    counts: dict[tuple[str, str | None, str | None, object], int] = {}
+    for r in candidates:
+        if r.context == "recurrence":
+            key = (r.rule, r.node, r.gpu, r.attrs.get("code"))
+            counts[key] = counts.get(key, 0) + 1
+
+    def recurring(r: Signal) -> bool:
+        return (
+            r.context == "recurrence"
+            and counts[(r.rule, r.node, r.gpu, r.attrs.get("code"))] >= RECURRENCE_THRESHOLD
+        )
+
+    out = [
+        r.model_copy(
+            update={
+                "category": Category.HARDWARE_GPU,
+                "isolation": "gpu",
+                "summary": f"{r.summary} (repeated on this GPU: hardware suspect)",
+            }
+        )
+        if recurring(r)
+        else r
+        for r in candidates
+    ]
+    scope = next((_recovery_scope(r) for r in roots if r.context == "recovery_action"), None)
+    if scope is not None:
+        out = [
+            r.model_copy(update={"isolation": scope}) if r.category == Category.HARDWARE_GPU else r
+            for r in out
+        ]
+    return out, demoted
 
 
 def _isolate(root: Signal) -> list[str]:
@@ -77,8 +154,9 @@ def _evidence(s: Signal) -> Evidence:
 
 def attribute(window: IncidentWindow, topology: JobTopology | None) -> Verdict | None:
     cascades = [t for t in window.tallies.values() if t.samples and t.samples[0].role == Role.CASCADE]
-    if window.roots:
-        root = min(window.roots, key=_root_key)
+    roots, demoted = contextualise(window.roots)
+    if roots:
+        root = min(roots, key=_root_key)
     elif cascades:
         root = min((t.samples[0] for t in cascades), key=_root_key)
     else:
@@ -102,7 +180,7 @@ def attribute(window: IncidentWindow, topology: JobTopology | None) -> Verdict |
                 sample=sample.text[:1024],
             )
         )
-    for other in sorted(window.roots, key=_root_key):
+    for other in sorted(roots, key=_root_key) + demoted:
         if other.signal_id == root.signal_id:
             continue
         supporting.append(

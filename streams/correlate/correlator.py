@@ -123,7 +123,8 @@ def add_signal(
         "first_signal_time": min(window.first_signal_time, signal.event_time),
     }
     if signal.role == Role.ROOT_CANDIDATE:
-        update["roots"] = [*window.roots, signal][-MAX_ROOTS:]
+        if len(window.roots) < MAX_ROOTS or signal.decisive:  # keep the earliest; never drop a decisive one
+            update["roots"] = [*window.roots, signal]
     else:
         tally = window.tallies.get(signal.rule) or RuleTally()
         nodes = (
@@ -142,6 +143,52 @@ def add_signal(
             ),
         }
     return window.model_copy(update=update)
+
+
+def window_from(signals: list[Signal], cluster: str, job_id: str, now: datetime) -> IncidentWindow | None:
+    """One window over a finished set of signals (``sickbay diagnose``), built in a single pass.
+
+    Same contents as folding them one by one with :func:`add_signal`, without copying the
+    window per signal.
+    """
+    ordered = sorted(
+        (s for s in signals if s.role in (Role.ROOT_CANDIDATE, Role.CASCADE, Role.CONFIRMATION, Role.HINT)),
+        key=lambda s: s.event_time,
+    )
+    opening = next((s for s in ordered if s.role in OPENING_ROLES), None)
+    if opening is None:
+        return None
+    roots: list[Signal] = []
+    tallies: dict[str, RuleTally] = {}
+    seen: set[str] = set()
+    for s in ordered:
+        if s.signal_id in seen:
+            continue
+        seen.add(s.signal_id)
+        if s.role == Role.ROOT_CANDIDATE:
+            if len(roots) < MAX_ROOTS or s.decisive:
+                roots.append(s)
+            continue
+        t = tallies.setdefault(s.rule, RuleTally())
+        t.count += 1
+        if s.node is not None and s.node not in t.nodes:
+            t.nodes.append(s.node)
+        if s.rank is not None and s.rank not in t.ranks:
+            t.ranks.append(s.rank)
+        t.first_seen = s.event_time if t.first_seen is None else min(t.first_seen, s.event_time)
+        if len(t.samples) < SAMPLES_PER_RULE:
+            t.samples.append(s)
+    return IncidentWindow(
+        job_id=job_id,
+        attempt=1,
+        cluster=cluster,
+        opening_signal_id=opening.signal_id,
+        opened_at=now,
+        last_signal_at=now,
+        first_signal_time=ordered[0].event_time,
+        roots=roots,
+        tallies=tallies,
+    )
 
 
 def _incident(

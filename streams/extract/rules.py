@@ -137,6 +137,7 @@ class Catalog:
         self.lookups = lookups
         literals = sorted({lit for r in rules for lit in r.literals}, key=len, reverse=True)
         self.prefilter = re.compile("|".join(re.escape(lit) for lit in literals))
+        self.prefilter_bytes = re.compile(b"|".join(re.escape(lit.encode()) for lit in literals))
 
     def by_id(self, rule_id: str) -> Rule:
         for rule in self.rules:

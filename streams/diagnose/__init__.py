@@ -1,0 +1,1 @@
+"""``sickbay diagnose``: the attribution engine in-process over log files, no Kafka, no services."""

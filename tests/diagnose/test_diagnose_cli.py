@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schemas import codec
+from streams.settings import REPO_ROOT
+
+KEYS = {
+    "category",
+    "restartable",
+    "isolate",
+    "culprit",
+    "root_cause",
+    "supporting",
+    "evidence",
+    "confidence",
+    "coverage",
+}
+XID79 = "[ 5321.108101] NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus."
+TIMEOUT = (
+    "[rank1]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=8, NumelOut=8, Timeout(ms)=600000) ran for 600081 "
+    "milliseconds before timing out."
+)
+
+
+_GZ = gzip.compress((XID79 + "\n" + "".join(f"step {i} loss {i * 7 % 13}\n" for i in range(20000))).encode())
+TRUNCATED_GZ = _GZ[: len(_GZ) * 2 // 3]
+
+
+def diagnose(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "streams.cli.main", "diagnose", *args],
+        input=stdin,
+        capture_output=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+        check=False,
+    )
+
+
+def as_json(proc: subprocess.CompletedProcess[bytes]) -> dict:
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = codec.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert set(out) == KEYS
+    return out
+
+
+def test_json_verdict_names_the_node_root_line_and_cascade(tmp_path: Path):
+    node = tmp_path / "logs" / "gpu-03"
+    node.mkdir(parents=True)
+    (node / "kern.log").write_text(f"Nov 29 03:00:00 gpu-03 kernel: {XID79}\n")
+    (tmp_path / "logs" / "slurm-42.out").write_text(f"iteration 10 | loss 2.0\n{TIMEOUT}\n")
+    out = as_json(diagnose("--format", "json", str(tmp_path / "logs")))
+    assert out["category"] == "hardware_gpu"
+    assert out["culprit"] == "gpu-03 GPU 0000:06:00"
+    assert out["isolate"] == ["gpu-03"]
+    assert out["restartable"] is True
+    assert out["root_cause"]["rule"] == "gpu.xid"
+    assert out["root_cause"]["line"] == 1
+    assert out["root_cause"]["source"].endswith("gpu-03/kern.log")
+    assert [s["rule"] for s in out["supporting"]] == ["nccl.watchdog_timeout"]
+    assert set(out["coverage"]) == {"kernel", "training"}
+    assert 0.0 < out["confidence"] <= 1.0
+
+
+def test_stdin_gzip_and_shipper_json_lines_are_read(tmp_path: Path):
+    record = codec.dumps({"log": XID79, "hostname": "gpu-07", "@timestamp": 1764417600.0})
+    gz = gzip.compress(record + b"\n")
+    out = as_json(diagnose("--format", "json", "-", stdin=gz))
+    assert out["culprit"] == "gpu-07 GPU 0000:06:00"
+
+
+def test_text_output_leads_with_the_category_and_names_the_culprit(tmp_path: Path):
+    log = tmp_path / "kern.log"
+    log.write_text(f"Nov 29 03:00:00 gpu-03 kernel: {XID79}\n")
+    proc = diagnose(str(log))
+    assert proc.returncode == 0
+    text = proc.stdout.decode()
+    assert text.startswith("HARDWARE_GPU")
+    assert "culprit     gpu-03 GPU 0000:06:00" in text
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"\x00\x01\x02\xff" * 1000,
+        b"valid line\n" + b"x" * (2 << 20) + b"\n" + XID79.encode() + b"\n",
+        b"bad utf8 \xff\xfe here\n" + XID79.encode() + b"\n",
+        (lambda gz: gz[: len(gz) * 2 // 3])(
+            gzip.compress(
+                (XID79 + "\n" + "".join(f"step {i} loss {i * 7 % 13}\n" for i in range(20000))).encode()
+            )
+        ),
+    ],
+    ids=["empty", "binary", "over-long-line", "invalid-utf8", "truncated-gzip"],
+)
+def test_bad_input_is_reported_never_a_crash(tmp_path: Path, content: bytes):
+    log = tmp_path / "input.log"
+    log.write_bytes(content)
+    out = as_json(diagnose("--format", "json", str(log)))
+    if XID79.encode() in content or content.startswith(b"\x1f\x8b"):
+        assert out["root_cause"]["rule"] == "gpu.xid"
+    else:
+        assert out["category"] == "unknown"
+        assert out["root_cause"] is None
+    text = diagnose(str(log))
+    assert text.returncode == 0
+    if content.startswith(b"\x1f\x8b"):
+        assert b"truncated gzip stream" in text.stdout
+    if b"x" * 100 in content:
+        assert b"1 lines over 1 MiB" in text.stdout
+
+
+def test_a_missing_path_is_a_clear_error():
+    proc = diagnose("/nonexistent/logs")
+    assert proc.returncode == 2
+    assert b"no such file or folder" in proc.stderr
