@@ -1,0 +1,67 @@
+"""Score ``sickbay diagnose`` on the real, labelled failure logs (tests/corpus/real-failures.jsonl)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from schemas import codec
+from streams.diagnose.driver import Diagnoser, summary
+
+CORPUS = Path(__file__).with_name("real-failures.jsonl")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    id: str
+    want_category: str
+    got_category: str
+    want_restartable: bool
+    got_restartable: bool
+    want_isolate: bool
+    got_isolate: bool
+    rule: str | None
+
+
+def score(tmp: Path) -> list[Outcome]:
+    diagnoser = Diagnoser()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    out: list[Outcome] = []
+    for raw in CORPUS.read_text().splitlines():
+        case = codec.loads(raw)
+        path = tmp / f"{case['id']}.log"
+        path.write_text(case["excerpt"] + "\n")
+        s = summary(diagnoser.run([str(path)], now))
+        root = s["root_cause"]
+        out.append(
+            Outcome(
+                id=case["id"],
+                want_category=case["category"],
+                got_category=str(s["category"]),
+                want_restartable=bool(case["restartable"]),
+                got_restartable=bool(s["restartable"]),
+                want_isolate=bool(case["isolate_node"]),
+                got_isolate=bool(s["isolate"]),
+                rule=root["rule"] if isinstance(root, dict) else None,
+            )
+        )
+    return out
+
+
+def table(outcomes: list[Outcome]) -> str:
+    by_cat: Counter[str] = Counter(o.want_category for o in outcomes)
+    right: Counter[str] = Counter(o.want_category for o in outcomes if o.got_category == o.want_category)
+    lines = ["category           right / cases"]
+    lines += [f"{c:18} {right[c]:5} / {n}" for c, n in sorted(by_cat.items())]
+    n = len(outcomes)
+    lines.append(f"{'all':18} {sum(right.values()):5} / {n}")
+    lines.append(f"restartable right: {sum(o.got_restartable == o.want_restartable for o in outcomes)} / {n}")
+    lines.append(f"isolate right:     {sum(o.got_isolate == o.want_isolate for o in outcomes)} / {n}")
+    lines += [
+        f"  miss {o.id}: want {o.want_category}, got {o.got_category} ({o.rule})"
+        for o in outcomes
+        if o.got_category != o.want_category
+    ]
+    return "\n".join(lines)
