@@ -1,0 +1,59 @@
+"""History and company change what some codes mean (failure-signatures.md §2.5)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from schemas.incidents import Category
+from streams.correlate.attribution import attribute
+from streams.correlate.correlator import window_from
+from tests.factories import T0, cuda_error, kernel_xid, nccl_timeout, one
+
+XID13 = "Graphics SM Warp Exception on (GPC 1, TPC 3, SM 0): Out Of Range Address"
+
+
+def verdict(*raws: bytes):
+    signals = [one(r, offset=i).model_copy(update={"job_id": "7"}) for i, r in enumerate(raws)]
+    window = window_from(signals, cluster="c", job_id="7", now=T0)
+    assert window is not None
+    v = attribute(window, None)
+    assert v is not None
+    return v
+
+
+def test_a_sympathetic_xid45_steps_aside_for_the_fault_it_follows():
+    v = verdict(
+        kernel_xid("gpu-02", 45, T0, text="pid=1, Ch 00000010"),
+        kernel_xid("gpu-02", 48, T0 + timedelta(seconds=1), text="An uncorrectable double bit error"),
+    )
+    assert v.root.attrs["code"] == 48
+    assert any(s.rule == "gpu.xid" for s in v.supporting)
+
+
+def test_xid13_once_is_the_application():
+    v = verdict(kernel_xid("gpu-02", 13, T0, text=XID13))
+    assert v.category == Category.APPLICATION
+    assert v.isolate == []
+
+
+def test_xid13_repeating_on_one_gpu_is_that_gpu():
+    v = verdict(*(kernel_xid("gpu-02", 13, T0 + timedelta(seconds=i), text=XID13) for i in range(3)))
+    assert v.category == Category.HARDWARE_GPU
+    assert v.isolate == ["gpu-02:0000:06:00"]
+    assert "repeated on this GPU" in v.root.summary
+
+
+def test_xid13_on_different_gpus_stays_the_application():
+    v = verdict(*(kernel_xid(f"gpu-0{i}", 13, T0 + timedelta(seconds=i), text=XID13) for i in range(1, 4)))
+    assert v.category == Category.APPLICATION
+
+
+def test_a_decisive_hardware_fault_beats_an_earlier_application_error():
+    v = verdict(cuda_error("gpu-01", "7", T0), kernel_xid("gpu-03", 79, T0 + timedelta(seconds=5)))
+    assert (v.category, v.culprit.node) == (Category.HARDWARE_GPU, "gpu-03")
+
+
+def test_only_cascades_give_an_unknown_verdict_with_no_culprit():
+    v = verdict(nccl_timeout("gpu-01", 0, "7", T0), nccl_timeout("gpu-02", 1, "7", T0))
+    assert (v.category, v.culprit, v.isolate) == (Category.UNKNOWN, None, [])
+    assert v.supporting[0].count == 2
