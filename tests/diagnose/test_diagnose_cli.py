@@ -125,7 +125,9 @@ def test_diagnose_on_the_demos_injected_logs_names_the_demo_node(tmp_path: Path)
 
     from streams.cli.demo import FAULT_NODE, JUNK, fault_records
 
-    xid, timeouts = fault_records("42", {"gpu-01": 0, "gpu-02": 1, "gpu-03": 2, "gpu-04": 3}, datetime.now(UTC))
+    xid, timeouts = fault_records(
+        "42", {"gpu-01": 0, "gpu-02": 1, "gpu-03": 2, "gpu-04": 3}, datetime.now(UTC)
+    )
     faults = tmp_path / "faults.jsonl"
     faults.write_bytes(b"\n".join([JUNK, xid, *timeouts]) + b"\n")
     out = as_json(diagnose("--format", "json", str(faults)))
