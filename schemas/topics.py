@@ -85,6 +85,15 @@ class TopicCatalog:
             faust_source=True,
             description="Job facts: training logs, scheduler events and node facts routed to their jobs",
         )
+        self.ticks_node = TopicSpec(
+            name=f"{prefix}.control.node-ticks",
+            key="node",
+            value="{tick, at}",
+            partitions=p,
+            faust_source=True,
+            retention_ms=3600 * 1000,
+            description="Timer ticks re-entering the node stream (release node facts no job claimed)",
+        )
         self.ticks_job = TopicSpec(
             name=f"{prefix}.control.ticks",
             key="job_id",
@@ -166,6 +175,7 @@ class TopicCatalog:
             self.signals_node,
             self.topology_node,
             self.signals_job,
+            self.ticks_node,
             self.ticks_job,
             self.incidents,
             self.actions,

@@ -26,7 +26,8 @@ class Topics:
     raw_logs: Any
     signals_node: Any
     topology_node: Any
-    node_inbox: Any  # signals.node + topology.node, co-partitioned by node
+    ticks_node: Any
+    node_inbox: Any  # signals.node + topology.node + control.node-ticks, co-partitioned by node
     signals_job: Any
     ticks_job: Any
     job_inbox: Any  # signals.job + control.ticks, co-partitioned by job
@@ -68,8 +69,13 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
         raw_logs=_topic(app, cat.raw_logs, raw_value=True),
         signals_node=_topic(app, cat.signals_node),
         topology_node=_topic(app, cat.topology_node),
+        ticks_node=_topic(app, cat.ticks_node),
         node_inbox=app.topic(
-            cat.signals_node.name, cat.topology_node.name, key_type=bytes, key_serializer="raw"
+            cat.signals_node.name,
+            cat.topology_node.name,
+            cat.ticks_node.name,
+            key_type=bytes,
+            key_serializer="raw",
         ),
         signals_job=_topic(app, cat.signals_job),
         ticks_job=_topic(app, cat.ticks_job),

@@ -66,6 +66,9 @@ class Settings(BaseSettings):
         default=120.0, gt=0, description="close an incident after this much quiet"
     )
     refine_interval_s: float = Field(default=1.0, gt=0, description="coalesce refined revisions")
+    unclaimed_grace_s: float = Field(
+        default=30.0, ge=0, description="a node fact no job claims within this long becomes a node incident"
+    )
     lateness_s: float = Field(default=300.0, ge=0, description="bounded lateness/clock skew across sources")
     max_isolate_per_incident: int = Field(default=2, ge=0, description="blast-radius cap per incident")
 

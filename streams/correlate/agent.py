@@ -88,6 +88,7 @@ class CorrelateStage:
         self.t = pipe.topics
         self.cluster = settings.cluster
         self.lateness = timedelta(seconds=settings.lateness_s)
+        self.unclaimed_grace = timedelta(seconds=settings.unclaimed_grace_s)
         self.timing = Timing(
             root_grace_s=settings.root_grace_s,
             quiet_s=settings.incident_quiet_s,
@@ -109,6 +110,12 @@ class CorrelateStage:
     async def on_node_event(self, event: Any) -> None:
         node = key_str(event.key) or "_unknown"
         value = event.value
+        if isinstance(value, dict) and value.get("tick"):
+            raw_state = self.node_jobs.get(node)
+            if raw_state:
+                state = await self.release_unclaimed(node, NodeState.model_validate(raw_state), utcnow())
+                self.node_jobs[node] = _dump(state)
+            return
         try:
             if isinstance(value, dict) and "signal_id" in value:
                 item: Signal | JobNodeAssignment = Signal.model_validate(value)
@@ -145,6 +152,25 @@ class CorrelateStage:
             pending = [*state.pending, item][-MAX_PENDING_PER_NODE:]
             state = state.model_copy(update={"pending": pending})
         return state
+
+    async def release_unclaimed(self, node: str, state: NodeState, now: datetime) -> NodeState:
+        """Node facts no job claimed within the grace become the node's own incident (``node:<name>``).
+
+        A GPU that falls off the bus on an idle node must still be drained. Only facts that
+        implicate the node (a root candidate with an isolation scope) are released this way;
+        the rest expire after the lateness bound (they stay in ClickHouse via signals.node).
+        """
+        keep: list[Signal] = []
+        node_job = NodeJob(job_id=f"node:{node}", attempt=1, assigned_at=now)
+        for sig in state.pending:
+            waited = now - sig.observed_time
+            if waited < self.unclaimed_grace:
+                keep.append(sig)
+            elif sig.role == Role.ROOT_CANDIDATE and sig.isolation != "none":
+                await self.forward(sig, node_job)
+            elif waited < self.lateness:
+                keep.append(sig)
+        return state.model_copy(update={"pending": keep})
 
     # -- correlate: keyed by job ----------------------------------------------------------------
 
@@ -215,8 +241,14 @@ class CorrelateStage:
             self.windows[job_id] = _dump(window)
 
     async def send_ticks(self) -> None:
-        """Timer body: it may not change tables, so it asks the stream to tick each live window."""
+        """Timer body: it may not change tables, so it asks the streams to tick each live window
+        and each node holding unclaimed facts."""
         now = utcnow()
+        for node, raw in list(self.node_jobs.items()):
+            if raw and raw.get("pending"):
+                await self.t.ticks_node.send(
+                    key=(key_str(node) or "_unknown").encode(), value={"tick": True, "at": now}
+                )
         for job_id, raw in list(self.windows.items()):
             if not raw:
                 continue

@@ -98,7 +98,9 @@ def advise(incident: Incident, cfg: PolicyConfig, now: datetime) -> tuple[list[A
         )
 
     actions.extend(make(ActionKind.DRAIN_NODE, node, node=node) for node in isolate)
-    if incident.restartable and isolate:
+    if incident.job_id.startswith("node:"):
+        pass  # a fault on a node no job was using: nothing to restart
+    elif incident.restartable and isolate:
         actions.append(make(ActionKind.REQUEUE_JOB, incident.job_id, exclude_nodes=isolate))
     elif not incident.restartable:
         notes.append(f"not restarting: root cause {root.rule} is not restartable")

@@ -37,6 +37,7 @@ async def pipe(tmp_path):
     for field in (
         "signals_node",
         "topology_node",
+        "ticks_node",
         "signals_job",
         "ticks_job",
         "incidents",
@@ -95,6 +96,17 @@ async def test_route_holds_a_node_fact_until_its_job_topology_arrives_then_forwa
     [(key, routed)] = pipe.sent["signals_job"]
     assert key == b"42"
     assert (routed.job_id, routed.routed, routed.signal_id) == ("42", True, xid.signal_id)
+
+
+async def test_route_makes_an_unclaimed_node_fault_the_nodes_own_incident_after_the_grace(pipe: Pipeline):
+    xid = one(kernel_xid("gpu-09", 79, T0), offset=3)  # observed long ago: the grace is over
+    xid13 = one(kernel_xid("gpu-09", 13, T0, text="Graphics SM Warp Exception"), offset=4)
+    async with pipe.agents["route"].test_context() as agent:
+        await agent.put(_as_dict(xid), key=b"gpu-09")
+        await agent.put(_as_dict(xid13), key=b"gpu-09")
+        await agent.put({"tick": True}, key=b"gpu-09")
+    [(key, routed)] = pipe.sent["signals_job"]  # the application-level Xid 13 implicates no node
+    assert (key, routed.job_id, routed.signal_id) == (b"node:gpu-09", "node:gpu-09", xid.signal_id)
 
 
 async def test_correlate_builds_one_hardware_incident_from_topology_cascade_and_root(pipe: Pipeline):

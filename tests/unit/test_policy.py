@@ -70,3 +70,9 @@ def test_low_confidence_isolates_nothing():
     actions, notes = advise(inc, PolicyConfig(mode=Mode.ACT), NOW)
     assert actions == []
     assert "confidence" in notes[0]
+
+
+def test_a_node_incident_drains_the_node_and_restarts_nothing():
+    inc = _incident().model_copy(update={"job_id": "node:gpu-03"})
+    actions, _ = advise(inc, PolicyConfig(mode=Mode.ACT), NOW)
+    assert [(a.kind, a.node) for a in actions] == [(ActionKind.DRAIN_NODE, "gpu-03")]
