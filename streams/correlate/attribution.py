@@ -79,7 +79,7 @@ def _root_key(s: Signal) -> tuple[bool, bool, float, int, str]:
     )
 
 
-_RECOVERY_SCOPE = {"node reboot": "node", "reset": "gpu", "drain": "gpu", "none": "none"}
+_RECOVERY_SCOPE = {"reboot": "node", "reset": "gpu", "drain": "gpu", "none": "none"}
 
 
 def _recovery_scope(s: Signal) -> str | None:

@@ -42,12 +42,16 @@ class Position:
 
 
 def _cast(value: str, kind: str) -> AttrValue:
-    if kind == "int":
-        return int(value)
-    if kind == "float":
-        return float(value)
-    if kind == "hostlist":
-        return list(hostlist.expand_hostlist(value))
+    """Typed group values; a value that does not parse is kept as text rather than lost."""
+    try:
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+        if kind == "hostlist":
+            return list(hostlist.expand_hostlist(value))
+    except (ValueError, hostlist.BadHostlist):
+        return value
     return value
 
 
@@ -90,6 +94,8 @@ class Extractor:
         for rule in self.catalog.candidates(text):
             if rule.group and rule.group in fired_groups:
                 continue
+            if rule.fallback and signals:
+                break  # catch-alls come last and only speak when nothing else did
             fields = self.match(rule, text)
             if fields is None:
                 continue
@@ -119,6 +125,9 @@ class Extractor:
             if m:
                 rank = int(m.group(1) or m.group(2))
         gpu = fields.pop("gpu", None)
+        # A line may name the node it is about (a controller reporting a failed node): that node
+        # is the subject, not the host that logged the line.
+        subject = fields.pop("node", None)
         job_id = fields.pop("job_id", None) or line.job_id
         summary_template = (entry.summary if entry and entry.summary else None) or rule.summary
         all_fields = _Fields(fields, gpu=gpu, rank=rank, job_id=job_id)
@@ -140,7 +149,7 @@ class Extractor:
             summary=summary_template.format_map(all_fields),
             event_time=event_time,
             observed_time=observed,
-            node=line.host or line_host,
+            node=str(subject) if subject is not None else (line.host or line_host),
             job_id=str(job_id) if job_id is not None else None,
             rank=int(rank) if isinstance(rank, (int, str)) else None,
             gpu=str(gpu) if gpu is not None else None,

@@ -87,6 +87,9 @@ class Rule(BaseModel):
     # a specific signature and lose to it even when earlier. 50 is a specific signature.
     weight: int = Field(default=50, ge=0, le=100)
     context: Context | None = None
+    # A catch-all: it fires on a line only when no other rule did (so site rules and specific
+    # signatures always win a line over it, whatever the file order).
+    fallback: bool = False
     lookup: str | None = None
     lookup_key: str | None = None
     examples: list[Example] = Field(min_length=2)
@@ -133,7 +136,8 @@ class Catalog:
         for rule in rules:
             if rule.lookup and rule.lookup not in lookups:
                 raise ValueError(f"rule {rule.id}: unknown lookup table {rule.lookup!r}")
-        self.rules = rules
+        # Specific rules first, catch-alls last; file order otherwise (it decides a group's winner).
+        self.rules = [r for r in rules if not r.fallback] + [r for r in rules if r.fallback]
         self.lookups = lookups
         literals = sorted({lit for r in rules for lit in r.literals}, key=len, reverse=True)
         self.prefilter = re.compile("|".join(re.escape(lit) for lit in literals))

@@ -23,7 +23,8 @@ def test_every_rule_example_matches_or_not_as_documented(rule_id, index, example
         assert fired == [], f"{rule_id} must not match: {example.line}"
         return
     assert len(fired) == 1, f"{rule_id} should match: {example.line}"
-    got = {**fired[0].attrs, "gpu": fired[0].gpu, "rank": fired[0].rank, "job_id": fired[0].job_id}
+    s = fired[0]
+    got = {**s.attrs, "gpu": s.gpu, "rank": s.rank, "job_id": s.job_id, "node": s.node}
     for key, want in example.fields.items():
         assert got[key] == want, f"{rule_id}: field {key}"
 
