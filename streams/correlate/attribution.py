@@ -132,9 +132,18 @@ def contextualise(roots: list[Signal]) -> tuple[list[Signal], list[Signal]]:
     return out, demoted
 
 
+UNKNOWN_NODE = "unknown-node"
+
+
 def _isolate(root: Signal) -> list[str]:
-    if root.node is None or root.isolation == "none":
+    """What to take out of service: ``node``, ``node:gpu``; when the logs never name the host,
+    ``gpu:<pci>`` or ``unknown-node`` (an operator can act on it; the scheduler adapters cannot)."""
+    if root.isolation == "none":
         return []
+    if root.node is None:
+        if root.isolation == "link":
+            return []  # a link has two ends; without the reporting host there is nothing to take out
+        return [f"gpu:{root.gpu}"] if root.gpu else [UNKNOWN_NODE]
     if root.isolation == "gpu" and root.gpu:
         return [f"{root.node}:{root.gpu}"]
     return [root.node]

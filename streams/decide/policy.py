@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 from schemas.actions import Action, ActionKind, Mode
 from schemas.incidents import Category, Incident
+from streams.correlate.attribution import UNKNOWN_NODE
 
 ISOLATING_CATEGORIES = {
     Category.HARDWARE_GPU,
@@ -46,10 +47,15 @@ def _action_id(key: str) -> str:
 
 
 def nodes_to_isolate(incident: Incident) -> list[str]:
-    """Node names from ``isolate`` entries (``node`` or ``node:gpu``), order kept, no repeats."""
+    """Node names from ``isolate`` entries (``node`` or ``node:gpu``), order kept, no repeats.
+
+    Entries that name no node (``gpu:<pci>``, ``unknown-node``) cannot be drained and are skipped.
+    """
     nodes: list[str] = []
     for item in incident.isolate:
         node = item.split(":", 1)[0]
+        if node in ("gpu", UNKNOWN_NODE):
+            continue
         if node not in nodes:
             nodes.append(node)
     return nodes

@@ -1,0 +1,58 @@
+"""``sickbay diagnose`` on 82 real failure logs from public threads, labelled by what each thread established.
+
+The floors are regression guards set just under today's measured scores (see
+benchmarks/RESULTS.md for the numbers); raise them when attribution improves.
+Never a false isolation: draining a healthy node is the one mistake we refuse.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.corpus.scoring import Outcome, score, table
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[Outcome]:
+    return score(Path(tmp_path_factory.mktemp("corpus")))
+
+
+def _rate(outcomes: list[Outcome], ok) -> float:
+    return sum(1 for o in outcomes if ok(o)) / len(outcomes)
+
+
+def test_the_corpus_is_the_82_labelled_cases(outcomes):
+    assert len(outcomes) == 82
+    assert {o.want_category for o in outcomes} == {
+        "hardware_gpu",
+        "hardware_network",
+        "hardware_host",
+        "system_software",
+        "application",
+        "infrastructure",
+        "unknown",
+    }
+
+
+def test_category_accuracy_stays_above_its_floor(outcomes):
+    assert _rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.75, table(outcomes)
+
+
+def test_hardware_gpu_failures_are_recognised(outcomes):
+    gpu = [o for o in outcomes if o.want_category == "hardware_gpu"]
+    assert _rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.8, table(outcomes)
+
+
+def test_restartability_stays_above_its_floor(outcomes):
+    assert _rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.75, table(outcomes)
+
+
+def test_isolation_advice_stays_above_its_floor(outcomes):
+    assert _rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.9, table(outcomes)
+
+
+def test_no_healthy_node_is_ever_isolated(outcomes):
+    wrong = [o.id for o in outcomes if o.got_isolate and not o.want_isolate]
+    assert wrong == [], table(outcomes)
