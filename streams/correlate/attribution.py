@@ -161,15 +161,49 @@ def _evidence(s: Signal) -> Evidence:
     )
 
 
-def attribute(window: IncidentWindow, topology: JobTopology | None) -> Verdict | None:
-    cascades = [t for t in window.tallies.values() if t.samples and t.samples[0].role == Role.CASCADE]
+_COMPANION_NOTES = {
+    63: "row remapping pending: reset the GPU to apply it",
+    64: "row remapping failed: replace the GPU",
+}
+
+
+def _with_companion(root: Signal, window: IncidentWindow) -> Signal:
+    """Xid 48 reads differently beside a row-remap event (63) or a remap failure (64) on the same GPU."""
+    codes = {
+        s.attrs.get("code")
+        for t in window.tallies.values()
+        for s in t.samples
+        if s.rule == root.rule and s.gpu == root.gpu and s.node == root.node
+    } | {s.attrs.get("code") for s in window.roots if s.gpu == root.gpu and s.node == root.node}
+    notes = [note for code, note in _COMPANION_NOTES.items() if code in codes]
+    if not notes:
+        return root
+    return root.model_copy(update={"summary": f"{root.summary} ({'; '.join(notes)})"})
+
+
+def _pick_root(window: IncidentWindow) -> tuple[Signal, list[Signal], list[Signal]] | None:
+    """The root, the remaining candidates, and those context demoted to supporting evidence."""
     roots, demoted = contextualise(window.roots)
     if roots:
         root = min(roots, key=_root_key)
-    elif cascades:
-        root = min((t.samples[0] for t in cascades), key=_root_key)
     else:
+        cascade_heads = [
+            t.samples[0] for t in window.tallies.values() if t.samples and t.samples[0].role == Role.CASCADE
+        ]
+        if not cascade_heads:
+            return None
+        root = min(cascade_heads, key=_root_key)
+    if root.context == "companion":
+        root = _with_companion(root, window)
+    return root, roots, demoted
+
+
+def attribute(window: IncidentWindow, topology: JobTopology | None) -> Verdict | None:
+    picked = _pick_root(window)
+    if picked is None:
         return None
+    root, roots, demoted = picked
+    cascades = [t for t in window.tallies.values() if t.samples and t.samples[0].role == Role.CASCADE]
     is_cascade_root = root.role == Role.CASCADE
     category = Category.UNKNOWN if is_cascade_root else (root.category or Category.UNKNOWN)
 

@@ -57,3 +57,12 @@ def test_only_cascades_give_an_unknown_verdict_with_no_culprit():
     v = verdict(nccl_timeout("gpu-01", 0, "7", T0), nccl_timeout("gpu-02", 1, "7", T0))
     assert (v.category, v.culprit, v.isolate) == (Category.UNKNOWN, None, [])
     assert v.supporting[0].count == 2
+
+
+def test_xid48_beside_a_row_remap_failure_says_to_replace_the_gpu():
+    v = verdict(
+        kernel_xid("gpu-02", 48, T0, text="An uncorrectable double bit error (DBE)"),
+        kernel_xid("gpu-02", 64, T0 + timedelta(seconds=1), text="Row Remapper Error"),
+    )
+    assert v.root.attrs["code"] == 48
+    assert "row remapping failed: replace the GPU" in v.root.summary
