@@ -47,8 +47,22 @@ lint: venv ## ruff + mypy
 bench: venv ## Run the benchmarks, append to benchmarks/RESULTS.md
 	$(PY) -m benchmarks.fault_to_drain
 
+bench-extract: venv ## Extraction speed vs grep -E on a cached 1 GiB log corpus, append to benchmarks/RESULTS.md
+	$(PY) -m benchmarks.bench_extract
+
 clean: ## Remove the venv and local state (keeps the download cache)
 	-bash deploy/local/stack.sh down
 	rm -rf $(VENV) .cache/stack
 
-.PHONY: help venv dev-up dev-down dev-status demo test test-unit lint bench clean
+.PHONY: help venv dev-up dev-down dev-status demo test test-unit lint bench bench-extract clean
+
+SCORE_ARGS ?=
+score: venv ## Scoreboard: 1,000 seeded simulator scenarios through diagnose and the stream (RESULTS.md)
+	$(PY) -m benchmarks.scoreboard $(SCORE_ARGS)
+
+.PHONY: score
+
+bench-sink: venv ## Sink throughput: realistic signals through the ClickHouse sink into chdb (RESULTS.md)
+	$(PY) -m benchmarks.bench_sink
+
+.PHONY: bench-sink

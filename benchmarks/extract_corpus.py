@@ -3,7 +3,7 @@
 What a central log store of a GPU training fleet holds: training output (Megatron,
 Lightning, Hugging Face, NCCL INFO chatter, torch warnings), kernel and syslog lines
 (systemd, audit, nvidia-persistenced, mlx5, dmesg) and slurmctld/slurmd lines, with
-0.1–1 % signature-bearing lines (Xid, NCCL watchdog, CUDA errors, OOM killer, IB errors,
+0.1-1 % signature-bearing lines (Xid, NCCL watchdog, CUDA errors, OOM killer, IB errors,
 Slurm banners and job life cycle) written in the formats quoted in
 ``shared/reference/failure-signatures.md``.
 
@@ -21,6 +21,7 @@ rebuilt only when the file is missing or its size differs from the manifest.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import multiprocessing
 import os
@@ -47,6 +48,11 @@ def cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sickbay"
     )
     return Path(base) / "bench"
+
+
+def generator_digest() -> str:
+    """This file's hash: a corpus made by another version of the generator is rebuilt."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 def corpus_path() -> Path:
@@ -107,7 +113,9 @@ def nodelist(r: Random) -> str:
 
 
 def pci(r: Random) -> str:
-    return f"0000:{r.choice(('06', '07', '0f', '10', '2b', '37', '4c', '5d', '87', '8d', 'b5', 'c1', 'da'))}:00"
+    return (
+        f"0000:{r.choice(('06', '07', '0f', '10', '2b', '37', '4c', '5d', '87', '8d', 'b5', 'c1', 'da'))}:00"
+    )
 
 
 def pid(r: Random) -> int:
@@ -137,7 +145,8 @@ NCCL_INFO = (
     "cudaDriverVersion 12040",
     "NCCL version 2.21.5+cuda12.4",
     "comm 0x{p:x} rank {a} nranks 64 cudaDev {a} nvmlDev {a} busId {c}000 commId 0x{p:x} - Init COMPLETE",
-    "ncclCommInitRank comm 0x{p:x} rank {a} nranks 64 cudaDev {a} nvmlDev {a} busId {c}000 commId 0x{p:x} - Init START",
+    "ncclCommInitRank comm 0x{p:x} rank {a} nranks 64 cudaDev {a} nvmlDev {a} busId {c}000 commId 0x{p:x} "
+    "- Init START",
     "Setting affinity for GPU {a} to ffff,ffff0000,00000000",
     "NVLS multicast support is not available on dev {a}",
     "P2P Chunksize set to 524288",
@@ -157,7 +166,8 @@ def nccl_info(s: State) -> str:
     dev = r.randrange(8)
     p = pid(r)
     if r.random() < 0.25:
-        return f"{host(r)}:{p}:{p + r.randrange(1, 300)} [{dev}] init.cc:{r.randrange(100, 1900)} NCCL INFO {msg}"
+        src = f"init.cc:{r.randrange(100, 1900)}"
+        return f"{host(r)}:{p}:{p + r.randrange(1, 300)} [{dev}] {src} NCCL INFO {msg}"
     return f"{host(r)}:{p}:{p + r.randrange(1, 300)} [{dev}] NCCL INFO {msg}"
 
 
@@ -181,15 +191,21 @@ def megatron_misc(s: State) -> str:
             f"[{s.day}] retrieved checkpoint metadata; loading optimizer state",
             f" > number of parameters on (tensor, pipeline) model parallel rank ({r.randrange(8)}, "
             f"{r.randrange(4)}): {r.randrange(10**9, 9 * 10**9)}",
-            f"(min, max) time across ranks (ms):\n    forward-backward ...: ({r.uniform(800, 1200):.2f}, "
-            f"{r.uniform(1200, 1600):.2f})".replace("\n", " "),
-            f"saving checkpoint at iteration {r.randrange(1000, 500000, 1000):>7d} to /lustre/ckpt/llama-70b "
-            "in torch_dist format",
-            f"  successfully saved checkpoint from iteration {r.randrange(1000, 500000, 1000):>7d} to "
-            f"/lustre/ckpt/llama-70b [ t 1/8, p 1/4 ]",
+            f"(min, max) time across ranks (ms):    forward-backward ...: ({r.uniform(800, 1200):.2f}, "
+            f"{r.uniform(1200, 1600):.2f})",
             f"[after training is done] datetime: {s.day}",
-            f"building GPT model ...\n > number of parameters: {r.randrange(10**9, 8 * 10**10)}".replace("\n", ""),
+            f"building GPT model ... > number of parameters: {r.randrange(10**9, 8 * 10**10)}",
         )
+    )
+
+
+def megatron_checkpoint(s: State) -> str:
+    r = s.r
+    it = r.randrange(1000, 500000, 1000)
+    if r.random() < 0.5:
+        return f"saving checkpoint at iteration {it:>7d} to /lustre/ckpt/llama-70b in torch_dist format"
+    return (
+        f"  successfully saved checkpoint from iteration {it:>7d} to /lustre/ckpt/llama-70b [ t 1/8, p 1/4 ]"
     )
 
 
@@ -199,7 +215,8 @@ def lightning(s: State) -> str:
     pct = done * 100 // 10000
     bar = "█" * (pct // 10) + "▌" * (pct % 10 >= 5) + " " * (10 - pct // 10 - (pct % 10 >= 5))
     return (
-        f"Epoch {r.randrange(20)}:  {pct:>2d}%|{bar}| {done}/10000 [{r.randrange(60):02d}:{r.randrange(60):02d}"
+        f"Epoch {r.randrange(20)}:  {pct:>2d}%|{bar}| {done}/10000 "
+        f"[{r.randrange(60):02d}:{r.randrange(60):02d}"
         f"<{r.randrange(60):02d}:{r.randrange(60):02d},  {r.uniform(2, 9):.2f}it/s, v_num={r.randrange(40)}, "
         f"train_loss={r.uniform(1.5, 3.5):.3f}]"
     )
@@ -207,36 +224,50 @@ def lightning(s: State) -> str:
 
 def hf(s: State) -> str:
     r = s.r
-    if r.random() < 0.4:
-        return (
-            f"{{'loss': {r.uniform(0.5, 3):.4f}, 'grad_norm': {r.uniform(0.1, 3):.4f}, "
-            f"'learning_rate': {r.uniform(1e-6, 5e-5):.3e}, 'epoch': {r.uniform(0, 3):.2f}}}"
-        )
     msg = r.choice(
         (
             "***** Running training *****",
             f"  Num examples = {r.randrange(10**5, 10**7):,}",
             f"  Total optimization steps = {r.randrange(1000, 100000):,}",
-            f"Saving model checkpoint to /scratch/out/checkpoint-{r.randrange(500, 50000, 500)}",
             "Configuration saved in /scratch/out/config.json",
             f"tokenizer config file saved in /scratch/out/checkpoint-{r.randrange(500, 50000, 500)}/"
             "tokenizer_config.json",
-            "loading weights file model.safetensors from cache at /root/.cache/huggingface/hub/model.safetensors",
+            "loading weights file model.safetensors from cache at "
+            "/root/.cache/huggingface/hub/model.safetensors",
         )
     )
     return f"[INFO|trainer.py:{r.randrange(600, 4000)}] {s.day},{s.ms()} >> {msg}"
 
 
+def hf_progress(s: State) -> str:
+    """The Trainer's periodic loss log (every ``logging_steps``) and its checkpoint saves."""
+    r = s.r
+    if r.random() < 0.85:
+        return (
+            f"{{'loss': {r.uniform(0.5, 3):.4f}, 'grad_norm': {r.uniform(0.1, 3):.4f}, "
+            f"'learning_rate': {r.uniform(1e-6, 5e-5):.3e}, 'epoch': {r.uniform(0, 3):.2f}}}"
+        )
+    return (
+        f"[INFO|trainer.py:{r.randrange(600, 4000)}] {s.day},{s.ms()} >> Saving model checkpoint to "
+        f"/scratch/out/checkpoint-{r.randrange(500, 50000, 500)}"
+    )
+
+
 TORCH_WARN = (
-    "/usr/local/lib/python3.10/dist-packages/torch/distributed/c10d_logger.py:79: FutureWarning: You are using "
+    "/usr/local/lib/python3.10/dist-packages/torch/distributed/c10d_logger.py:79: FutureWarning: You are "
+    "using "
     "`torch.load` with `weights_only=False`",
-    "/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:464: UserWarning: torch.utils.checkpoint: "
+    "/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:464: UserWarning: "
+    "torch.utils.checkpoint: "
     "the use_reentrant parameter should be passed explicitly.",
-    "/usr/local/lib/python3.10/dist-packages/transformer_engine/pytorch/attention.py:4712: UserWarning: flash-attn "
+    "/usr/local/lib/python3.10/dist-packages/transformer_engine/pytorch/attention.py:4712: UserWarning: "
+    "flash-attn "
     "v3 may provide important feature support or performance improvement. Please install flash-attn v3",
     "  warnings.warn(",
-    "/opt/megatron/megatron/core/tensor_parallel/layers.py:280: UserWarning: async_grad_allreduce is deprecated",
-    "UserWarning: TypedStorage is deprecated. It will be removed in the future and UntypedStorage will be the "
+    "/opt/megatron/megatron/core/tensor_parallel/layers.py:280: UserWarning: async_grad_allreduce is "
+    "deprecated",
+    "UserWarning: TypedStorage is deprecated. It will be removed in the future and UntypedStorage will be "
+    "the "
     "only storage class.",
 )
 
@@ -246,13 +277,16 @@ def torch_warning(s: State) -> str:
     if r.random() < 0.5:
         rank = r.randrange(64)
         return (
-            f"[rank{rank}]:[W{s.glog}.{r.randrange(10**9):09d} ProcessGroupNCCL.cpp:{r.randrange(900, 4500)}] "
+            f"[rank{rank}]:[W{s.glog}.{r.randrange(10**9):09d} "
+            f"ProcessGroupNCCL.cpp:{r.randrange(900, 4500)}] "
             + r.choice(
                 (
-                    "Warning: WARNING: process group has NOT been destroyed before we destruct ProcessGroupNCCL.",
+                    "Warning: WARNING: process group has NOT been destroyed before we destruct "
+                    "ProcessGroupNCCL.",
                     f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}] using GPU {rank % 8} to perform barrier as "
                     "devices used by this process are currently unknown.",
-                    "Warning: TORCH_NCCL_AVOID_RECORD_STREAMS=1 has no effect for point-to-point collectives.",
+                    "Warning: TORCH_NCCL_AVOID_RECORD_STREAMS=1 has no effect for point-to-point "
+                    "collectives.",
                 )
             )
         )
@@ -266,12 +300,16 @@ def train_misc(s: State) -> str:
         (
             f"[rank{rank}]: step {r.randrange(100000)} data loader wait {r.uniform(0, 40):.1f} ms",
             f"INFO:torch.distributed.run:Using nproc_per_node=8, rank {rank}",
-            f"W{s.glog}.{r.randrange(10**6):06d} {pid(r)} torch/distributed/run.py:793] Setting OMP_NUM_THREADS "
+            f"W{s.glog}.{r.randrange(10**6):06d} {pid(r)} torch/distributed/run.py:793] Setting "
+            "OMP_NUM_THREADS "
             "environment variable for each process to be 1 in default",
-            f"[{s.day},{s.ms()}] [INFO] [real_accelerator.py:203:get_accelerator] Setting ds_accelerator to cuda",
-            f"wandb: Run data is saved locally in /scratch/wandb/run-{s.day[:10].replace('-', '')}-{r.randrange(99999)}",
+            f"[{s.day},{s.ms()}] [INFO] [real_accelerator.py:203:get_accelerator] Setting ds_accelerator "
+            "to cuda",
+            "wandb: Run data is saved locally in "
+            f"/scratch/wandb/run-{s.day[:10].replace('-', '')}-{r.randrange(99999)}",
             f"> rank {rank} tokens per second: {r.uniform(3000, 9000):.1f}",
-            f"[rank{rank}]: > finished loading batch {r.randrange(10**6)} from /lustre/data/shard-{r.randrange(4096):05d}",
+            f"[rank{rank}]: > finished loading batch {r.randrange(10**6)} from "
+            f"/lustre/data/shard-{r.randrange(4096):05d}",
         )
     )
 
@@ -314,7 +352,7 @@ def audit(s: State) -> str:
         )
     return sl(s, host(r), f"audit[{pid(r)}]") + (
         f"USER_ACCT pid={pid(r)} uid=0 auid=4294967295 ses=4294967295 subj=unconfined "
-        "msg='op=PAM:accounting grantors=pam_permit acct=\"root\" exe=\"/usr/sbin/cron\" hostname=? addr=? "
+        'msg=\'op=PAM:accounting grantors=pam_permit acct="root" exe="/usr/sbin/cron" hostname=? addr=? '
         "terminal=cron res=success'"
     )
 
@@ -338,10 +376,9 @@ def mlx5_info(s: State) -> str:
     msg = r.choice(
         (
             f"mlx5_core {dev}: E-Switch: Total vports 2, per vport: max uc(128) max mc(2048)",
-            f"mlx5_core {dev}: Port module event: module 0, Cable plugged",
-            f"mlx5_core {dev}: mlx5_pcie_event:301:(pid {pid(r)}): PCIe slot advertised sufficient power (75W).",
+            f"mlx5_core {dev}: mlx5_pcie_event:301:(pid {pid(r)}): PCIe slot advertised sufficient power "
+            "(75W).",
             f"mlx5_core {dev}: firmware version: 28.39.1002",
-            f"mlx5_core {dev} ibp{r.randrange(12, 220)}s0: Link up",
             f"mlx5_core {dev}: MLX5E: StrdRq(1) RqSz(8) StrdSz(2048) RxCqeCmprss(0 basic)",
         )
     )
@@ -350,21 +387,38 @@ def mlx5_info(s: State) -> str:
     return sl(s, host(r), "kernel") + msg
 
 
+def link_event(s: State) -> str:
+    """Port and link events: rare in steady state, and signals (recovery, diagnostics) to the rules."""
+    r = s.r
+    dev = f"0000:{r.choice(('0c', '4b', '8a', 'c9'))}:00.{r.randrange(2)}"
+    msg = r.choice(
+        (
+            f"mlx5_core {dev}: Port module event: module 0, Cable plugged",
+            f"mlx5_core {dev} ibp{r.randrange(12, 220)}s0: Link up",
+            f"mlx5_core {dev}: Port module event: module 0, Cable unplugged",
+        )
+    )
+    return sl(s, host(r), "kernel") + msg
+
+
 def dmesg_misc(s: State) -> str:
     r = s.r
     msg = r.choice(
         (
-            f"EXT4-fs (nvme0n1p{r.randrange(1, 4)}): mounted filesystem with ordered data mode. Quota mode: none.",
+            f"EXT4-fs (nvme0n1p{r.randrange(1, 4)}): mounted filesystem with ordered data mode. Quota "
+            "mode: none.",
             "IPv6: ADDRCONF(NETDEV_CHANGE): ib0: link becomes ready",
-            f"perf: interrupt took too long ({r.randrange(2500, 9000)} > {r.randrange(2500, 9000)}), lowering "
+            f"perf: interrupt took too long ({r.randrange(2500, 9000)} > {r.randrange(2500, 9000)}), "
+            "lowering "
             f"kernel.perf_event_max_sample_rate to {r.randrange(20000, 80000)}",
             "nvidia-nvlink: Nvlink Core is being initialized, major device number 511",
-            f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024",
+            "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024",
             f"NVRM: GPU at PCI:{pci(r)}: GPU-{r.randrange(16**8):08x}-7b5c-1a2b-3c4d-5e6f7a8b9c0d",
-            f"nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms  550.54.15",
+            "nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms  550.54.15",
             f"lustre: Lustre: {r.randrange(1000, 9999)}:0:(client.c:2310:ptlrpc_expire_one_request()) "
             "@@@ Request sent has timed out for slow reply",
-            f"TCP: request_sock_TCP: Possible SYN flooding on port {r.randrange(1024, 65535)}. Sending cookies.",
+            f"TCP: request_sock_TCP: Possible SYN flooding on port {r.randrange(1024, 65535)}. Sending "
+            "cookies.",
         )
     )
     if r.random() < 0.3:
@@ -391,10 +445,12 @@ def daemons(s: State) -> str:
         )
     if k == 3:
         return sl(s, h, f"nv-hostengine[{r.randrange(2000, 5000)}]") + (
-            f"DCGM health check passed for GPU {r.randrange(8)}: PCIe, memory, InfoROM, thermal, power, NVLink"
+            f"DCGM health check passed for GPU {r.randrange(8)}: PCIe, memory, InfoROM, thermal, power, "
+            "NVLink"
         )
     return sl(s, h, f"rsyslogd[{r.randrange(700, 900)}]") + (
-        f'imjournal: {r.randrange(10, 9999)} messages lost due to rate-limiting (20000 allowed within 600 seconds)'
+        f"imjournal: {r.randrange(10, 9999)} messages lost due to rate-limiting (20000 allowed within 600 "
+        "seconds)"
     )
 
 
@@ -417,10 +473,10 @@ def slurmctld_chatter(s: State) -> str:
             "backfill: beginning",
             f"backfill: reached end of job queue, {r.randrange(30, 900)} jobs tested",
             f"sched: _slurm_rpc_allocate_resources JobId={j} NodeList=(null) usec={r.randrange(100, 9000)}",
-            f"_slurm_rpc_submit_batch_job: JobId={j} InitPrio={r.randrange(1, 50000)} usec={r.randrange(100, 9000)}",
+            f"_slurm_rpc_submit_batch_job: JobId={j} InitPrio={r.randrange(1, 50000)} "
+            f"usec={r.randrange(100, 9000)}",
             f"_slurm_rpc_complete_batch_script JobId={j} usec={r.randrange(10, 900)}",
             f"prolog_running_decr: Configuration for JobId={j} is complete",
-            f"_job_complete: JobId={j} done",
             f"Node {host(r)} now responding",
             f"SchedulerParameters=default_queue_depth=100,max_rpc_cnt=0,max_sched_time={r.randrange(2, 9)}",
             f"_build_node_list: No nodes satisfy JobId={j} requirements in partition gpu",
@@ -437,7 +493,8 @@ def slurmd(s: State) -> str:
     j = s.job + r.randrange(-2000, 50)
     return sl(s, host(r), f"slurmd[{r.randrange(1000, 9999)}]") + r.choice(
         (
-            f"slurmd: launch task StepId={j}.0 request from UID:{r.randrange(1000, 9000)} GID:100 HOST:10.0.0.1 "
+            f"slurmd: launch task StepId={j}.0 request from UID:{r.randrange(1000, 9000)} GID:100 "
+            "HOST:10.0.0.1 "
             "PORT:55470",
             f"slurmd: task/affinity: lllp_distribution: JobId={j} manual binding: none,one_thread",
             f"slurmd: done with job {j}",
@@ -453,16 +510,22 @@ def slurm_lifecycle(s: State) -> str:
     s.job += r.randrange(1, 4)
     j = s.job
     k = r.random()
-    if k < 0.42:
-        return ctld(s, f"sched: Allocate JobId={j} NodeList={nodelist(r)} #CPUs={r.choice((8, 64, 128, 256))} "
-                    "Partition=gpu")
-    if k < 0.62:
+    if k < 0.30:
+        return ctld(
+            s,
+            f"sched: Allocate JobId={j} NodeList={nodelist(r)} #CPUs={r.choice((8, 64, 128, 256))} "
+            "Partition=gpu",
+        )
+    if k < 0.45:
         return ctld(s, f"sched/backfill: _start_job: Started JobId={j} in gpu on {nodelist(r)}")
-    if k < 0.97:
+    done = j - r.randrange(1, 500)
+    if k < 0.70:  # slurmctld writes the exit status, then "done", for every job
         if r.random() < 0.8:
-            return ctld(s, f"_job_complete: JobId={j - r.randrange(1, 500)} WEXITSTATUS 0")
-        return ctld(s, f"_job_complete: JobId={j - r.randrange(1, 500)} WTERMSIG {r.choice((9, 15))}")
-    return ctld(s, f"Requeuing JobId={j - r.randrange(1, 500)}")
+            return ctld(s, f"_job_complete: JobId={done} WEXITSTATUS {r.choice((0, 0, 0, 1))}")
+        return ctld(s, f"_job_complete: JobId={done} WTERMSIG {r.choice((9, 15))}")
+    if k < 0.95:
+        return ctld(s, f"_job_complete: JobId={done} done")
+    return ctld(s, f"Requeuing JobId={done}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -471,19 +534,33 @@ def slurm_lifecycle(s: State) -> str:
 
 XID_TEXT = (
     (79, "GPU has fallen off the bus."),
-    (48, "pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in "
-         "the framebuffer at physAddr 0x7fdf0de80 partition 5, subpartition 1"),
+    (
+        48,
+        "pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU "
+        "in "
+        "the framebuffer at physAddr 0x7fdf0de80 partition 5, subpartition 1",
+    ),
     (63, "pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate."),
     (95, "pid=5171, Uncontained: FBHUB. RST: Yes, D-RST: No"),
     (119, "pid=430, name=nv_queue, Timeout waiting for RPC from GSP!"),
-    (13, "pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 1, TPC 3, SM 0): Out Of Range "
-         "Address"),
-    (31, "pid=1942, name=python3, channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC6 "
-         "GPCCLIENT_T1_13 faulted @ 0x6f6f_320c2000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ"),
+    (
+        13,
+        "pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on (GPC 1, TPC 3, SM 0): Out Of Range "
+        "Address",
+    ),
+    (
+        31,
+        "pid=1942, name=python3, channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC6 "
+        "GPCCLIENT_T1_13 faulted @ 0x6f6f_320c2000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    ),
     (74, "pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link 1"),
     (45, "pid=2201, name=python3, Ch 00000010"),
     (94, "pid=2201, name=python3, Contained: SM (0x1). RST: No, D-RST: No"),
-    (145, "RLW_REMAP Nonfatal XC0 i0 Link 02 (0x00000002 0x80000000 0x00000000 0x00000000 0x00000000 0x00000000)"),
+    (
+        145,
+        "RLW_REMAP Nonfatal XC0 i0 Link 02 (0x00000002 0x80000000 0x00000000 0x00000000 0x00000000 "
+        "0x00000000)",
+    ),
 )
 
 
@@ -508,10 +585,13 @@ def gpu_other(s: State) -> str:
         (
             f"NVRM: GPU at {pci(r)}.0 has fallen off the bus.",
             f"NVRM: GPU {pci(r)}.0: GPU has fallen off the bus.",
-            f"nvidia-nvswitch{r.randrange(4)}: SXid (PCI:0000:06:00.0): 20009, Non-fatal, Link 04 RX Short Error Rate",
-            f"nvidia-nvswitch{r.randrange(4)}: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 28 sourcetrack timeout "
+            f"nvidia-nvswitch{r.randrange(4)}: SXid (PCI:0000:06:00.0): 20009, Non-fatal, Link 04 RX Short "
+            "Error Rate",
+            f"nvidia-nvswitch{r.randrange(4)}: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 28 sourcetrack "
+            "timeout "
             "error (First)",
-            f"NVRM: Xid (PCI:{pci(r)}): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+            f"NVRM: Xid (PCI:{pci(r)}): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node "
+            "Reboot Required)",
             "WARNING: infoROM is corrupted at gpu 0000:07:00.0",
         )
     )
@@ -528,13 +608,17 @@ def nccl_watchdog(s: State) -> str:
     if k < 0.25:
         return (
             f"[E ProcessGroupNCCL.cpp:458] [Rank {rank}] Watchdog caught collective operation timeout: "
-            f"WorkNCCL(SeqNum={seq}, OpType={op}, Timeout(ms)={timeout}) ran for {ran} milliseconds before timing out."
+            f"WorkNCCL(SeqNum={seq}, OpType={op}, Timeout(ms)={timeout}) ran for {ran} milliseconds before "
+            "timing out."
         )
     numel = r.choice((8, 131072000, 1048576))
-    work = f"WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel}, NumelOut={numel * 8}, Timeout(ms)={timeout})"
+    work = (
+        f"WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel}, NumelOut={numel * 8}, Timeout(ms)={timeout})"
+    )
     if k < 0.7:
         return (
-            f"[rank{rank}]:[E{s.glog}.{r.randrange(10**9):09d} ProcessGroupNCCL.cpp:{r.choice((629, 632, 1537))}] "
+            f"[rank{rank}]:[E{s.glog}.{r.randrange(10**9):09d} "
+            f"ProcessGroupNCCL.cpp:{r.choice((629, 632, 1537))}] "
             f"[Rank {rank}] Watchdog caught collective operation timeout: {work} ran for {ran} milliseconds "
             "before timing out."
         )
@@ -554,16 +638,21 @@ def nccl_other(s: State) -> str:
             "subsequent GPU operations might run on corrupted/incomplete data.",
             f"[rank{rank}]:[E{s.glog}.{r.randrange(10**9):09d} ProcessGroupNCCL.cpp:1595] [PG 0 Rank {rank}] "
             "To avoid data inconsistency, we are taking the entire process down.",
-            f"[PG 1 Rank {rank}] Exception (either an error or timeout) detected by watchdog at work: 1580, last "
+            f"[PG 1 Rank {rank}] Exception (either an error or timeout) detected by watchdog at work: "
+            "1580, last "
             "enqueued NCCL work: 1582, last completed NCCL work: 1579.",
-            f"{host(r)}:{p}:{p + 126} [{rank % 8}] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from "
+            f"{host(r)}:{p}:{p + 126} [{rank % 8}] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got "
+            "completion from "
             f"peer 10.2.0.{r.randrange(2, 250)}<{r.randrange(30000, 60000)}> with error 12, opcode 0, len 0, "
             "vendor err 129 (Recv)",
-            f"{host(r)}:{p}:{p + 126} [{rank % 8}] enqueue.cc:1556 NCCL WARN Cuda failure 'an illegal memory access "
+            f"{host(r)}:{p}:{p + 126} [{rank % 8}] enqueue.cc:1556 NCCL WARN Cuda failure 'an illegal "
+            "memory access "
             "was encountered'",
-            "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
+            "torch.distributed.DistBackendError: NCCL error in: "
+            "../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
             "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
-            f"[Rank {rank}] NCCL watchdog thread terminated with exception: NCCL error: remote process exited or "
+            f"[Rank {rank}] NCCL watchdog thread terminated with exception: NCCL error: remote process "
+            "exited or "
             "there was a network error, NCCL version 2.19.3",
             "terminate called after throwing an instance of 'c10::DistBackendError'",
         )
@@ -574,7 +663,12 @@ def cuda_fault(s: State) -> str:
     r = s.r
     k = r.random()
     if k < 0.3:
-        return f"RuntimeError: CUDA error: {r.choice(('an illegal memory access was encountered', 'unspecified launch failure', 'misaligned address', 'device-side assert triggered'))}"
+        what = (
+            "an illegal memory access was encountered",
+            "unspecified launch failure",
+            "misaligned address",
+        )
+        return f"RuntimeError: CUDA error: {r.choice((*what, 'device-side assert triggered'))}"
     if k < 0.4:
         return "torch.AcceleratorError: CUDA error: unspecified launch failure"
     if k < 0.5:
@@ -582,13 +676,16 @@ def cuda_fault(s: State) -> str:
     if k < 0.7:
         gib = r.choice(("146.00 MiB", "2.00 GiB", "1.53 GiB", "512.00 MiB"))
         return (
-            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {gib}. GPU {r.randrange(8)} has a total "
-            f"capacity of 79.15 GiB of which {r.randrange(1, 900)}.00 MiB is free. Including non-PyTorch memory, "
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {gib}. GPU {r.randrange(8)} "
+            "has a total "
+            f"capacity of 79.15 GiB of which {r.randrange(1, 900)}.00 MiB is free. Including non-PyTorch "
+            "memory, "
             f"this process has 78.{r.randrange(10, 99)} GiB memory in use."
         )
     if k < 0.85:
         return (
-            "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+            "below "
             "might be incorrect."
         )
     if k < 0.93:
@@ -602,10 +699,12 @@ def app_fault(s: State) -> str:
     return r.choice(
         (
             f"[rank{rank}]: RuntimeError: expected scalar type Half but found Float",
-            "RuntimeError: one of the variables needed for gradient computation has been modified by an inplace "
+            "RuntimeError: one of the variables needed for gradient computation has been modified by an "
+            "inplace "
             "operation",
             f"RuntimeError: DataLoader worker (pid {pid(r)}) is killed by signal: Killed.",
-            f"FileNotFoundError: [Errno 2] No such file or directory: '/lustre/ckpt/iter_{r.randrange(10**7):07d}'",
+            "FileNotFoundError: [Errno 2] No such file or directory: "
+            f"'/lustre/ckpt/iter_{r.randrange(10**7):07d}'",
             f"Rank{rank}: (1) segmentation fault: artificial segfault",
             "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
             f"  exitcode  : -6 (pid: {pid(r)})",
@@ -624,29 +723,40 @@ def host_fault(s: State) -> str:
     if k == 0:
         return sl(s, h, "kernel") + (
             f"Out of memory: Killed process {p} (python) total-vm:{vm}kB, anon-rss:{vm // 3}kB, "
-            f"file-rss:{r.randrange(10**6)}kB, shmem-rss:{r.randrange(10**6)}kB, UID:{r.randrange(1000, 9000)} "
+            f"file-rss:{r.randrange(10**6)}kB, shmem-rss:{r.randrange(10**6)}kB, "
+            f"UID:{r.randrange(1000, 9000)} "
             f"pgtables:{r.randrange(10**5)}kB oom_score_adj:0"
         )
     if k == 1:
-        return f"{s.uptime()} Memory cgroup out of memory: Killed process {p} (pt_main_thread) total-vm:{vm}kB, " \
-               f"anon-rss:{vm // 2}kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:{r.randrange(10**5)}kB " \
-               "oom_score_adj:0"
+        return (
+            f"{s.uptime()} Memory cgroup out of memory: Killed process {p} (pt_main_thread) total-vm:{vm}kB, "
+            f"anon-rss:{vm // 2}kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:{r.randrange(10**5)}kB "
+            "oom_score_adj:0"
+        )
     if k == 2:
         return sl(s, h, "kernel") + f"INFO: task python:{p} blocked for more than 120 seconds."
     if k == 3:
-        return sl(s, h, "kernel") + f"mlx5_core 0000:{r.choice(('0c', '4b'))}:00.{r.randrange(8)} ens9f0v5: Link down"
+        return (
+            sl(s, h, "kernel")
+            + f"mlx5_core 0000:{r.choice(('0c', '4b'))}:00.{r.randrange(8)} ens9f0v5: Link down"
+        )
     if k == 4:
         return sl(s, h, "kernel") + (
-            f"mlx5_core 0000:08:01.0: wait_func:1203:(pid {p}): ENABLE_HCA(0x104) timeout. Will cause a leak of a "
+            f"mlx5_core 0000:08:01.0: wait_func:1203:(pid {p}): ENABLE_HCA(0x104) timeout. Will cause a "
+            "leak of a "
             "command resource"
         )
     if k == 5:
         return sl(s, h, "kernel") + (
-            "mlx5_core 0000:4b:00.0: mlx5_health_try_recover:343:(pid 88): health recovery flow aborted, PCI reads "
+            "mlx5_core 0000:4b:00.0: mlx5_health_try_recover:343:(pid 88): health recovery flow aborted, "
+            "PCI reads "
             "still not working"
         )
-    return sl(s, h, "kernel") + f"EXT4-fs error (device nvme0n1p2): ext4_find_entry:1455: inode #{r.randrange(10**6)}: " \
+    return (
+        sl(s, h, "kernel")
+        + f"EXT4-fs error (device nvme0n1p2): ext4_find_entry:1455: inode #{r.randrange(10**6)}: "
         "comm python: reading directory lblock 0"
+    )
 
 
 def slurm_fault(s: State) -> str:
@@ -667,9 +777,12 @@ def slurm_fault(s: State) -> str:
         )
         return f"slurmstepd: error: *** JOB {j} ON {h} CANCELLED AT {when}{why} ***"
     if k == 5:
-        return f"slurmstepd: error: *** STEP {j}.0 ON {h} FAILED (non-zero exit code or other failure mode) ***"
+        return (
+            f"slurmstepd: error: *** STEP {j}.0 ON {h} FAILED (non-zero exit code or other failure mode) ***"
+        )
     if k == 6:
-        return f"srun: error: {h}: task {r.randrange(64)}: {r.choice(('Exited with exit code 1', 'Out Of Memory'))}"
+        why = r.choice(("Exited with exit code 1", "Out Of Memory"))
+        return f"srun: error: {h}: task {r.randrange(64)}: {why}"
     if k == 7:
         return (
             f"slurmstepd: error: Detected 1 oom_kill event in StepId={j}.0. Some of the step tasks have been "
@@ -677,9 +790,17 @@ def slurm_fault(s: State) -> str:
         )
     if k == 8:
         return ctld(s, f"error: Nodes {h} not responding, setting DOWN")
-    return ctld(s, r.choice((f"requeue job JobId={j} due to failure of node {h}", f"Killing JobId={j} on failed "
-                             f"node {h}", f"update_node: node {h} reason set to: Xid 79", f"node {h} returned to "
-                             "service")))
+    return ctld(
+        s,
+        r.choice(
+            (
+                f"requeue job JobId={j} due to failure of node {h}",
+                f"Killing JobId={j} on failed node {h}",
+                f"update_node: node {h} reason set to: Xid 79",
+                f"node {h} returned to service",
+            )
+        ),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -689,22 +810,26 @@ def slurm_fault(s: State) -> str:
 Gen = Callable[[State], str]
 MIX: tuple[tuple[str, Gen, float], ...] = (
     ("nccl_info", nccl_info, 26_000),
-    ("torch_warning", torch_warning, 5_000),
-    ("train_misc", train_misc, 7_000),
-    ("hf", hf, 5_000),
-    ("lightning", lightning, 800),
-    ("megatron_iteration", megatron_iteration, 250),
-    ("megatron_misc", megatron_misc, 1_500),
-    ("systemd", systemd, 11_000),
+    ("torch_warning", torch_warning, 6_000),
+    ("train_misc", train_misc, 9_000),
+    ("hf", hf, 6_000),
+    ("megatron_misc", megatron_misc, 2_000),
+    ("systemd", systemd, 13_000),
     ("audit", audit, 6_000),
     ("persistenced", persistenced, 2_000),
-    ("mlx5_info", mlx5_info, 3_500),
-    ("dmesg_misc", dmesg_misc, 5_500),
-    ("daemons", daemons, 7_500),
-    ("slurmctld_chatter", slurmctld_chatter, 12_000),
-    ("slurmd", slurmd, 6_000),
-    ("slurm_lifecycle", slurm_lifecycle, 250),
-    # faults: about 0.3 % of lines together
+    ("mlx5_info", mlx5_info, 2_500),
+    ("dmesg_misc", dmesg_misc, 6_000),
+    ("daemons", daemons, 9_000),
+    ("slurmctld_chatter", slurmctld_chatter, 5_000),
+    ("slurmd", slurmd, 4_000),
+    # Lines a rule is meant for, about 0.7 % together: training progress (one rank logs it,
+    # every few steps), job life cycle, link events, faults.
+    ("megatron_iteration", megatron_iteration, 100),
+    ("megatron_checkpoint", megatron_checkpoint, 15),
+    ("hf_progress", hf_progress, 80),
+    ("lightning", lightning, 50),
+    ("slurm_lifecycle", slurm_lifecycle, 200),
+    ("link_event", link_event, 30),
     ("xid", xid, 60),
     ("gpu_other", gpu_other, 15),
     ("nccl_watchdog", nccl_watchdog, 45),
@@ -757,6 +882,7 @@ def build(path: Path, target: int = TARGET_BYTES, processes: int = 2) -> dict[st
             pool.terminate()
         manifest: dict[str, object] = {
             "version": VERSION,
+            "generator": generator_digest(),
             "seed": SEED,
             "bytes": size,
             "lines": lines,
@@ -779,8 +905,10 @@ def _manifest_path(path: Path) -> Path:
     return path.with_name(path.name + ".json")
 
 
-def ensure(path: Path | None = None, target: int = TARGET_BYTES, force: bool = False) -> tuple[Path, dict[str, object]]:
-    """The cached corpus and its manifest, built first when missing or of the wrong size."""
+def ensure(
+    path: Path | None = None, target: int = TARGET_BYTES, force: bool = False
+) -> tuple[Path, dict[str, object]]:
+    """The cached corpus and its manifest, built first when missing, of the wrong size or stale."""
     path = path or corpus_path()
     meta = _manifest_path(path)
     if not force and path.exists() and meta.exists():
@@ -788,7 +916,8 @@ def ensure(path: Path | None = None, target: int = TARGET_BYTES, force: bool = F
             manifest = json.loads(meta.read_text())
         except (OSError, ValueError):
             manifest = {}
-        if manifest.get("version") == VERSION and manifest.get("bytes") == path.stat().st_size >= target:
+        same = manifest.get("version") == VERSION and manifest.get("generator") == generator_digest()
+        if same and manifest.get("bytes") == path.stat().st_size >= target:
             return path, manifest
     print(f"building the extraction corpus at {path} (one time; about a minute per GiB) ...", file=sys.stderr)
     manifest = build(path, target)
@@ -800,7 +929,9 @@ def ensure(path: Path | None = None, target: int = TARGET_BYTES, force: bool = F
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even when the cached corpus is right")
     parser.add_argument("--bytes", type=int, default=TARGET_BYTES, help="target size (default 1 GiB)")
     parser.add_argument("--out", type=Path, default=None, help="write here instead of the cache")

@@ -6,16 +6,22 @@ contain none, so the work that scales with the input is one multi-literal search
 byte chunks; Python only sees the few lines that contain a literal, and only those get
 decoded and run through the full rule patterns.
 
-Two interchangeable back ends, chosen at run time:
+Two interchangeable back ends, chosen at run time (both give exactly the same hits):
 
-- ``hyperscan`` (PyPI ``hyperscan``, Intel's SIMD multi-pattern matcher): all literals
-  compiled into one database, one ``scan`` per chunk that reports every occurrence.
-  Measured on the benchmark corpus at 1.4-2.3 GB/s for 10-150 literals.
-- ``re``: Python's ``re`` on the literals as one trie-shaped alternation, one ``search``
-  per candidate line. Same lines, 10-100x slower; used when the wheel is missing.
+- ``hyperscan`` (PyPI ``hyperscan``, Intel's SIMD multi-pattern matcher): all literals in
+  one database, one ``scan`` per chunk reporting every occurrence with its literal id.
+  Measured here at 1.4-2.3 GB/s for 10-150 literals; pyahocorasick (0.04-0.07 GB/s, on
+  decoded text), ahocorasick-rs (0.3-0.6) and google-re2 (0.2-0.6) were slower.
+- ``re``: one trie-shaped pattern per first byte, so that each starts with a literal byte
+  that ``re`` scans for quickly; the literal ids of a hit line are then tested one by one.
+  About 25-40 MB/s with 300 literals; used when the hyperscan wheel is missing.
 
-Line numbers need the newlines counted; NumPy counts them at memory speed when it is
-installed, ``bytes.count`` otherwise.
+Line numbers need the newlines counted; NumPy counts them at memory speed (~10 GB/s) when
+it is installed, ``bytes.count`` (~2 GB/s) otherwise. One ``Prefilter`` scans in one
+thread at a time (it owns a hyperscan scratch space).
+
+:meth:`Prefilter.extractor_for` then hands each hit line to an extractor over only the
+rules its literals gate, which gives the same signals as the full catalog's.
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ from __future__ import annotations
 import gzip
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import compress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 if TYPE_CHECKING:
+    from streams.extract.extractor import Extractor
     from streams.extract.rules import Catalog, Rule
 
 try:
@@ -48,7 +56,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 class Hit(NamedTuple):
     """A line that contains at least one literal."""
 
-    index: int  # 0-based index of the line in the chunk, or 1-based line number in a file scan
+    number: int  # 0-based index of the line in the chunk, or its line number in a file scan (from 1)
     line: bytes  # without its newline (a ``\\r`` before it is kept)
     literals: tuple[int, ...]  # ids into ``Prefilter.literals`` of the literals in the line, ascending
 
@@ -94,8 +102,10 @@ class Prefilter:
         if backend == "hyperscan" and _hs is None:
             raise RuntimeError("the hyperscan back end needs the 'hyperscan' package")
         self.backend: Backend = backend
+        self.catalog: Catalog | None = None
         self.rules: tuple[Rule, ...] = ()
         self._rules_of: list[tuple[int, ...]] = [() for _ in self.literals]
+        self._extractors: dict[tuple[int, ...], Extractor] = {}
         if backend == "hyperscan":
             db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
             db.compile(
@@ -108,12 +118,16 @@ class Prefilter:
             self._db = db
             self._scratch = _hs.Scratch(db)
         else:
-            self._rx = re.compile(_trie_pattern(sorted(self._blits)))
+            by_first: dict[int, list[bytes]] = {}
+            for lit_bytes in self._blits:
+                by_first.setdefault(lit_bytes[0], []).append(lit_bytes)
+            self._rxs = [re.compile(_trie_pattern(sorted(group))) for group in by_first.values()]
 
     @classmethod
     def from_catalog(cls, catalog: Catalog, backend: Backend | None = None) -> Prefilter:
         """All literals of the catalog, remembering which rules each one gates."""
         pf = cls((lit for rule in catalog.rules for lit in rule.literals), backend)
+        pf.catalog = catalog
         pf.rules = tuple(catalog.rules)
         index = {lit: i for i, lit in enumerate(pf.literals)}
         rules_of: list[list[int]] = [[] for _ in pf.literals]
@@ -129,56 +143,78 @@ class Prefilter:
             return [self.rules[r] for r in self._rules_of[literal_ids[0]]]
         return [self.rules[r] for r in sorted({r for i in literal_ids for r in self._rules_of[i]})]
 
+    def extractor_for(self, literal_ids: tuple[int, ...]) -> Extractor:
+        """An extractor over only the rules these literals gate (one per literal set, cached).
+
+        For a line whose literals are exactly ``literal_ids`` (a :class:`Hit`'s), it returns
+        the same signals as the full catalog's extractor: the rules it leaves out are those
+        ``Catalog.candidates`` would drop for want of a literal. It spares ``extract`` that
+        test of every rule's literals, which grows with the catalog.
+        """
+        extractor = self._extractors.get(literal_ids)
+        if extractor is None:
+            from streams.extract.extractor import Extractor
+            from streams.extract.rules import Catalog
+
+            if self.catalog is None:
+                raise RuntimeError("extractor_for needs a prefilter made by from_catalog")
+            extractor = Extractor(Catalog(self.rules_for(literal_ids), self.catalog.lookups))
+            self._extractors[literal_ids] = extractor
+        return extractor
+
     # ---------------------------------------------------------------------------------------
     # One chunk
     # ---------------------------------------------------------------------------------------
 
     def _lines(self, buf: bytes | bytearray, n: int) -> list[tuple[int, int, tuple[int, ...]]]:
         """(start, end, literal ids) of each line of ``buf[:n]`` holding a literal, in order."""
-        out: list[tuple[int, int, tuple[int, ...]]] = []
         if self.backend == "hyperscan":
             ends: list[tuple[int, int]] = []
             add = ends.append
 
             def on_match(lit: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
-                add((end, lit))
+                add((end - 1, lit))
 
             # hyperscan reads any buffer; its stub says str | bytes
-            view = cast(bytes, memoryview(buf)[:n])
-            self._db.scan(view, match_event_handler=on_match, scratch=self._scratch)
+            self._db.scan(
+                cast(bytes, memoryview(buf)[:n]), match_event_handler=on_match, scratch=self._scratch
+            )
             ends.sort()
-            line_end = -1
-            ids: list[int] = []
-            start = 0
-            for end, lit in ends:
-                if end <= line_end:  # another literal in the same line
-                    if lit not in ids:
-                        ids.append(lit)
-                    continue
-                if ids:
-                    out.append((start, line_end, tuple(sorted(ids))))
-                start = buf.rfind(b"\n", 0, end) + 1
-                line_end = buf.find(b"\n", end, n)
-                if line_end < 0:
-                    line_end = n
-                ids = [lit]
+            return self._group(buf, n, ends)
+        # One search per first byte: each pattern then starts with a literal byte, which ``re``
+        # finds with its fast literal scan; an alternation of everything would not.
+        offsets = sorted({(m.start(), -1) for rx in self._rxs for m in rx.finditer(buf, 0, n)})
+        return self._group(buf, n, offsets)
+
+    def _group(
+        self, buf: bytes | bytearray, n: int, offsets: list[tuple[int, int]]
+    ) -> list[tuple[int, int, tuple[int, ...]]]:
+        """Lines holding these (offset inside a literal, literal id or -1: unknown) matches."""
+        out: list[tuple[int, int, tuple[int, ...]]] = []
+        line_end = -1
+        ids: list[int] = []
+        start = 0
+        for offset, lit in offsets:
+            if offset < line_end:  # another literal in the same line
+                if lit not in ids:
+                    ids.append(lit)
+                continue
             if ids:
-                out.append((start, line_end, tuple(sorted(ids))))
-            return out
-        search = self._rx.search
-        blits = self._blits
-        pos = 0
-        while True:
-            m = search(buf, pos, n)
-            if m is None:
-                return out
-            start = buf.rfind(b"\n", 0, m.start()) + 1
-            line_end = buf.find(b"\n", m.end(), n)
+                out.append((start, line_end, self._ids(buf, start, line_end, ids)))
+            start = buf.rfind(b"\n", 0, offset) + 1
+            line_end = buf.find(b"\n", offset, n)
             if line_end < 0:
                 line_end = n
-            line = buf[start:line_end]
-            out.append((start, line_end, tuple(i for i, lit in enumerate(blits) if lit in line)))
-            pos = line_end + 1
+            ids = [lit]
+        if ids:
+            out.append((start, line_end, self._ids(buf, start, line_end, ids)))
+        return out
+
+    def _ids(self, buf: bytes | bytearray, start: int, end: int, ids: list[int]) -> tuple[int, ...]:
+        if -1 not in ids:
+            return tuple(sorted(ids))
+        line = buf[start:end]  # the re back end only knows a literal is there: name them all
+        return tuple(compress(range(len(self._blits)), map(line.__contains__, self._blits)))
 
     def chunk_hits(
         self, buf: bytes | bytearray, n: int | None = None, first: int = 0, scratch: Any = None
@@ -218,53 +254,118 @@ class Prefilter:
         A last line without a trailing newline counts like any other.
         """
         for hit in self.chunk_hits(chunk)[0]:
-            yield hit.index, hit.line
+            yield hit.number, hit.line
 
     # ---------------------------------------------------------------------------------------
     # A file
     # ---------------------------------------------------------------------------------------
 
-    def scan_file(self, path: str | Path, chunk_size: int = DEFAULT_CHUNK) -> FileScan:
-        """Iterate over the candidate lines of a plain or gzip file, numbered from 1."""
-        return FileScan(self, Path(path), chunk_size)
+    def scan_file(
+        self,
+        path: str | Path,
+        chunk_size: int = DEFAULT_CHUNK,
+        start: int = 0,
+        end: int | None = None,
+        first_line: int = 1,
+    ) -> FileScan:
+        """Iterate over the candidate lines of a plain or gzip file, numbered from ``first_line``.
+
+        ``start``/``end`` (plain files only) restrict the scan to a byte range; ``start``
+        must be the start of a line and ``first_line`` its number.
+        """
+        return FileScan(self, Path(path), chunk_size, start, end, first_line)
+
+
+def _open(path: Path) -> Any:
+    with path.open("rb") as probe:
+        magic = probe.read(2)
+    return gzip.open(path, "rb") if magic == _GZIP_MAGIC else path.open("rb", buffering=0)
+
+
+def count_newlines(
+    path: str | Path, start: int = 0, end: int | None = None, chunk_size: int = DEFAULT_CHUNK
+) -> int:
+    """Newlines in ``path[start:end]`` (a gzip file is counted whole, decompressed)."""
+    path = Path(path)
+    buf = bytearray(chunk_size)
+    scratch = _np.empty(chunk_size, dtype=bool) if _np is not None else None
+    total = 0
+    with _open(path) as fh:
+        remaining = _seek(fh, path, start, end)
+        while remaining is None or remaining > 0:
+            with memoryview(buf) as mv:
+                got = fh.readinto(mv if remaining is None else mv[: min(chunk_size, remaining)])
+            if not got:
+                break
+            if remaining is not None:
+                remaining -= got
+            if scratch is not None:
+                eq = scratch[:got]
+                _np.equal(_np.frombuffer(buf, dtype=_np.uint8, count=got), NL, out=eq)
+                total += int(_np.count_nonzero(eq))
+            else:
+                total += buf.count(b"\n", 0, got)
+    return total
+
+
+def _seek(fh: Any, path: Path, start: int, end: int | None) -> int | None:
+    """Position ``fh`` at ``start``; how many bytes to read (``None``: to the end)."""
+    if (start or end is not None) and isinstance(fh, gzip.GzipFile):
+        raise ValueError(f"{path}: byte ranges need a plain file, not gzip")
+    if start:
+        fh.seek(start)
+    return None if end is None else max(end - start, 0)
 
 
 class FileScan:
-    """Candidate lines of one file; ``lines`` and ``bytes_read`` are complete once iterated.
+    """Candidate lines of one file; ``lines``, ``bytes_read`` and ``candidates`` are complete once iterated.
 
     The file is read in ``chunk_size`` blocks cut after their last newline (the partial
     last line moves to the front of the next block), so no line is ever split and the
     per-chunk work is C-level: one scan, one newline count.
     """
 
-    def __init__(self, prefilter: Prefilter, path: Path, chunk_size: int = DEFAULT_CHUNK) -> None:
+    def __init__(
+        self,
+        prefilter: Prefilter,
+        path: Path,
+        chunk_size: int = DEFAULT_CHUNK,
+        start: int = 0,
+        end: int | None = None,
+        first_line: int = 1,
+    ) -> None:
         self.prefilter = prefilter
         self.path = path
         self.chunk_size = max(chunk_size, 1024)
+        self.start, self.end, self.first_line = start, end, first_line
         self.lines = 0
         self.bytes_read = 0
         self.candidates = 0
 
-    def _open(self) -> Any:
-        with self.path.open("rb") as probe:
-            magic = probe.read(2)
-        return gzip.open(self.path, "rb") if magic == _GZIP_MAGIC else self.path.open("rb", buffering=0)
-
     def __iter__(self) -> Iterator[Hit]:
         pf = self.prefilter
         self.lines = self.bytes_read = self.candidates = 0
+        first = self.first_line
         buf = bytearray(self.chunk_size)
         scratch = _np.empty(len(buf), dtype=bool) if _np is not None else None
         carry = 0  # bytes of an unfinished line at the front of buf
-        with self._open() as fh:
+        with _open(self.path) as fh:
+            remaining = _seek(fh, self.path, self.start, self.end)
             while True:
                 with memoryview(buf) as mv:
-                    got = fh.readinto(mv[carry:])
+                    room = (
+                        mv[carry:]
+                        if remaining is None
+                        else mv[carry : carry + min(len(buf) - carry, remaining)]
+                    )
+                    got = fh.readinto(room) if len(room) else 0
+                if remaining is not None:
+                    remaining -= got
                 self.bytes_read += got
                 total = carry + got
-                if got == 0:  # end of file: what is left is a last line without a newline
+                if got == 0:  # end of input: what is left is a last line without a newline
                     if carry:
-                        hits, _ = pf.chunk_hits(buf, carry, self.lines + 1, scratch)
+                        hits, _ = pf.chunk_hits(buf, carry, first + self.lines, scratch)
                         self.candidates += len(hits)
                         self.lines += 1
                         yield from hits
@@ -278,7 +379,7 @@ class FileScan:
                         scratch = _np.empty(len(buf), dtype=bool) if _np is not None else None
                     carry = total
                     continue
-                hits, newlines = pf.chunk_hits(buf, cut, self.lines + 1, scratch)
+                hits, newlines = pf.chunk_hits(buf, cut, first + self.lines, scratch)
                 self.candidates += len(hits)
                 self.lines += newlines
                 yield from hits
