@@ -12,14 +12,13 @@ from schemas.raw import LogLine
 from schemas.signals import Signal
 from streams.correlate.attribution import Verdict, attribute
 from streams.correlate.correlator import window_from
-from streams.diagnose.reader import RawLine, ReadReport, read_lines
+from streams.diagnose.reader import MAX_LINE_BYTES, RawLine, ReadReport, read_chunks
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize
 from streams.extract.rules import Catalog
 
 # torchelastic's failure blocks name the host of each failed rank (failure-signatures.md §4.5).
-_BLOCK_HOST = re.compile(rb"^\s*host\s*:\s*(\S+)")
-_BLOCK_RANK = re.compile(rb"^\s*rank\s*:\s*(\d+)")
+_BLOCK_FIELD = re.compile(rb"(?m)^[ \t]*(host|rank)[ \t]*:[ \t]*(\d+|\S+)")
 
 
 @dataclass
@@ -45,8 +44,12 @@ def _log_line(raw: RawLine) -> LogLine:
 
 
 class Diagnoser:
+    """Scans inputs in large chunks: one multi-literal pass finds the few lines a rule can match,
+    and only those are decoded, normalised and run through the rules."""
+
     def __init__(self, catalog: Catalog | None = None) -> None:
         self.extractor = Extractor(catalog)
+        self.prefilter = self.extractor.catalog.prefilter
 
     def run(
         self, paths: list[str], now: datetime, progress: Callable[[ReadReport], None] | None = None
@@ -55,19 +58,25 @@ class Diagnoser:
         signals: list[Signal] = []
         rank_hosts: dict[int, str] = {}
         last_host: str | None = None
-        prefilter = self.extractor.catalog.prefilter_bytes
-        for index, raw in enumerate(read_lines(paths, report)):
-            if progress is not None and index % 200_000 == 0:
+        for chunk in read_chunks(paths, report):
+            if progress is not None:
                 progress(report)
-            if b"host" in raw.data or b"rank" in raw.data:
-                last_host = self._block(raw.data, last_host, rank_hosts)
-            # Cheap test first: most lines match no literal and are never decoded or normalised.
-            if prefilter.search(raw.data) is None:
-                continue
-            line = _log_line(raw)
-            # Lines without a time of their own keep their order in the input.
-            observed = now + timedelta(microseconds=index)
-            signals.extend(self.extractor.extract(line, observed, Position(file=raw.source, line=raw.number)))
+            if b"host" in chunk.data:
+                last_host = self._blocks(chunk.data, last_host, rank_hosts)
+            hits, _ = self.prefilter.chunk_hits(chunk.data)
+            for hit in hits:
+                if len(hit.line) > MAX_LINE_BYTES:
+                    report.skipped_long += 1
+                    continue
+                if b"\x00" in hit.line:
+                    report.skipped_binary += 1
+                    continue
+                number = chunk.first + hit.number
+                line = _log_line(RawLine(chunk.source, number, hit.line.rstrip(b"\r")))
+                # Lines without a time of their own keep their order in the input.
+                observed = now + timedelta(microseconds=len(signals) + number)
+                extractor = self.prefilter.extractor_for(hit.literals)
+                signals.extend(extractor.extract(line, observed, Position(file=chunk.source, line=number)))
         if progress is not None:
             progress(report)
         signals = [self._with_host(s, rank_hosts) for s in signals]
@@ -76,13 +85,13 @@ class Diagnoser:
         return Diagnosis(verdict=verdict, signals=signals, report=report, rank_hosts=rank_hosts)
 
     @staticmethod
-    def _block(data: bytes, last_host: str | None, rank_hosts: dict[int, str]) -> str | None:
-        m = _BLOCK_HOST.match(data)
-        if m:
-            return m.group(1).decode("utf-8", errors="replace")
-        r = _BLOCK_RANK.match(data)
-        if r and last_host:
-            rank_hosts[int(r.group(1))] = last_host
+    def _blocks(data: bytes, last_host: str | None, rank_hosts: dict[int, str]) -> str | None:
+        """torchelastic failure blocks: a ``host :`` line, then the ``rank :`` line of that failure."""
+        for m in _BLOCK_FIELD.finditer(data):
+            if m.group(1) == b"host":
+                last_host = m.group(2).decode("utf-8", errors="replace")
+            elif last_host is not None:
+                rank_hosts[int(m.group(2))] = last_host
         return last_host
 
     @staticmethod

@@ -30,6 +30,15 @@ class ReadReport:
 
 
 @dataclass(frozen=True, slots=True)
+class Chunk:
+    """Whole lines of one source: ``first`` is the 1-based number of the first line in ``data``."""
+
+    source: str
+    first: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class RawLine:
     source: str
     number: int  # 1-based line number within its source
@@ -90,38 +99,60 @@ def _chunks(fh: io.BufferedReader, source: str, report: ReadReport) -> Iterator[
         report.problems.append(f"{source}: stopped reading, {type(exc).__name__}: {exc}")
 
 
-def read_lines(paths: list[str], report: ReadReport) -> Iterator[RawLine]:
+def read_chunks(paths: list[str], report: ReadReport) -> Iterator[Chunk]:
+    """Newline-aligned chunks of every source, for scanning many lines at once.
+
+    A line over 1 MiB is replaced by an empty line (numbering stays right) and counted.
+    """
     for source in expand(paths, report):
         report.files += 1
         fh = _open(source)
         try:
-            number = 0
+            number = 1  # the number of the first line of the next chunk
             pending = b""
             skipping = False  # inside a line already known to be too long
-            for chunk in _chunks(fh, source, report):
-                lines = (pending + chunk).split(b"\n")
-                pending = lines.pop()
-                for raw in lines:
-                    number += 1
-                    if skipping:
-                        skipping = False  # its end: the line was counted when it overflowed
+            for piece in _chunks(fh, source, report):
+                if skipping:
+                    nl = piece.find(b"\n")
+                    if nl < 0:
                         continue
-                    line = _admit(raw, report)
-                    if line is not None:
-                        yield RawLine(source, number, line)
-                if len(pending) > MAX_LINE_BYTES:
-                    if not skipping:
+                    piece, skipping = b"\n" + piece[nl + 1 :], False  # noqa: PLW2901 - the rest of it
+                data = pending + piece
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    pending = data
+                else:
+                    first_nl = data.find(b"\n")
+                    if pending and first_nl > MAX_LINE_BYTES:  # the line carried over is too long
                         report.skipped_long += 1
+                        data, cut = data[first_nl:], cut - first_nl
+                    whole, pending = data[:cut], data[cut:]
+                    yield Chunk(source, number, whole)
+                    number += whole.count(b"\n")
+                if len(pending) > MAX_LINE_BYTES:
+                    report.skipped_long += 1
                     skipping, pending = True, b""
-            if pending and not skipping:
+            if skipping:
                 number += 1
-                line = _admit(pending, report)
-                if line is not None:
-                    yield RawLine(source, number, line)
-            report.lines += number
+            if pending:
+                yield Chunk(source, number, pending)
+                number += 1
+            report.lines += number - 1
         finally:
             if source != "-":
                 fh.close()
+
+
+def read_lines(paths: list[str], report: ReadReport) -> Iterator[RawLine]:
+    """Every line, one by one (for callers that want all of them; diagnose scans chunks)."""
+    for chunk in read_chunks(paths, report):
+        lines = chunk.data.split(b"\n")
+        if chunk.data.endswith(b"\n"):
+            lines.pop()
+        for offset, raw in enumerate(lines):
+            line = _admit(raw, report)
+            if line is not None:
+                yield RawLine(chunk.source, chunk.first + offset, line)
 
 
 def _admit(raw: bytes, report: ReadReport) -> bytes | None:

@@ -244,6 +244,15 @@ class Prefilter:
             add(Hit(index, bytes(buf[start:end]), ids))
         return hits, count(b"\n", 0, n)
 
+    def literal_ids(self, data: bytes) -> tuple[int, ...]:
+        """Ids of the literals anywhere in ``data`` (one record or line), ascending; () for none."""
+        lines = self._lines(data, len(data))
+        if not lines:
+            return ()
+        if len(lines) == 1:
+            return lines[0][2]
+        return tuple(sorted({i for _s, _e, ids in lines for i in ids}))
+
     def hits(self, chunk: bytes | bytearray) -> Iterator[Hit]:
         """The lines of ``chunk`` that contain a literal, with their 0-based index in it."""
         yield from self.chunk_hits(chunk)[0]

@@ -139,9 +139,10 @@ class Catalog:
         # Specific rules first, catch-alls last; file order otherwise (it decides a group's winner).
         self.rules = [r for r in rules if not r.fallback] + [r for r in rules if r.fallback]
         self.lookups = lookups
-        literals = sorted({lit for r in rules for lit in r.literals}, key=len, reverse=True)
-        self.prefilter = re.compile("|".join(re.escape(lit) for lit in literals))
-        self.prefilter_bytes = re.compile(b"|".join(re.escape(lit.encode()) for lit in literals))
+        from streams.extract.prefilter import Prefilter
+
+        # One multi-literal scan decides which rules a line can match (hyperscan when installed).
+        self.prefilter = Prefilter.from_catalog(self)
 
     def by_id(self, rule_id: str) -> Rule:
         for rule in self.rules:
@@ -150,10 +151,9 @@ class Catalog:
         raise KeyError(rule_id)
 
     def candidates(self, text: str) -> Iterable[Rule]:
-        """Rules whose literals occur in ``text`` (most lines match none and cost one search)."""
-        if self.prefilter.search(text) is None:
-            return ()
-        return (r for r in self.rules if any(lit in text for lit in r.literals))
+        """Rules whose literals occur in ``text``, in catalog order (most lines match none)."""
+        ids = self.prefilter.literal_ids(text.encode("utf-8", errors="surrogateescape"))
+        return self.prefilter.rules_for(ids) if ids else ()
 
 
 def _load_file(path: Path) -> RuleFile:
