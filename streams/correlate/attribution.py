@@ -137,12 +137,15 @@ UNKNOWN_NODE = "unknown-node"
 
 def _isolate(root: Signal) -> list[str]:
     """What to take out of service: ``node``, ``node:gpu``; when the logs never name the host,
-    ``gpu:<pci>`` or ``unknown-node`` (an operator can act on it; the scheduler adapters cannot)."""
+    ``gpu:<pci>`` or ``unknown-node`` (an operator can act on it; the scheduler adapters cannot).
+    A ``link`` fault isolates its node only when that node's own kernel reported it."""
     if root.isolation == "none":
         return []
+    if root.isolation == "link" and (root.node is None or root.source.kind != "kernel"):
+        # A link has two ends. A peer's complaint (NCCL's "error 12 from peer ...") does not say
+        # which end is bad; only the node's own kernel reporting its NIC or link does.
+        return []
     if root.node is None:
-        if root.isolation == "link":
-            return []  # a link has two ends; without the reporting host there is nothing to take out
         return [f"gpu:{root.gpu}"] if root.gpu else [UNKNOWN_NODE]
     if root.isolation == "gpu" and root.gpu:
         return [f"{root.node}:{root.gpu}"]

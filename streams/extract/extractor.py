@@ -20,6 +20,8 @@ from streams.extract.rules import Catalog, LookupEntry, Rule, load_catalog
 from streams.extract.timeparse import line_time_and_host
 
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:|\[(?:PG [^\]]*?)?Rank (\d+)\]")
+# NCCL's debug prefix names the host: ``host:pid:tid [cudaDev] ...`` (failure-signatures.md §4.2).
+_NCCL_PREFIX = re.compile(r"^(?:\S+\s+){0,3}?([A-Za-z][\w.\-]*):\d+:\d+ \[\d+\] ")
 MAX_TEXT = 4096
 
 
@@ -53,6 +55,13 @@ def _cast(value: str, kind: str) -> AttrValue:
     except (ValueError, hostlist.BadHostlist):
         return value
     return value
+
+
+def _nccl_host(text: str) -> str | None:
+    if ":" not in text:
+        return None
+    m = _NCCL_PREFIX.match(text)
+    return m.group(1) if m else None
 
 
 def _signal_id(line: LogLine, pos: Position, rule_id: str, event_time: datetime) -> str:
@@ -149,7 +158,7 @@ class Extractor:
             summary=summary_template.format_map(all_fields),
             event_time=event_time,
             observed_time=observed,
-            node=str(subject) if subject is not None else (line.host or line_host),
+            node=str(subject) if subject is not None else (line.host or line_host or _nccl_host(line.text)),
             job_id=str(job_id) if job_id is not None else None,
             rank=int(rank) if isinstance(rank, (int, str)) else None,
             gpu=str(gpu) if gpu is not None else None,

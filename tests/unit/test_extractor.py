@@ -72,3 +72,12 @@ def test_signal_id_is_stable_for_the_same_record_position_and_differs_across_pos
 
 def test_lines_matching_no_rule_give_no_signal():
     assert signals(b"iteration 100/1000 | loss 2.31 | tokens/s 41234") == []
+
+
+def test_nccl_debug_lines_name_their_host_when_the_record_does_not():
+    line = (
+        "2024-01-01 10:00:00 node-2:5776:5902 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion "
+        "from peer 10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)"
+    )
+    [s] = [s for s in signals(line.encode()) if s.rule.startswith("network.")]
+    assert s.node == "node-2"
