@@ -5,7 +5,16 @@ component (or another language, through the exported JSON Schema) share one
 definition of each record.
 """
 
-from schemas.actions import Action, ActionKind, ActionResult, ActionStatus, CommandRun, Mode
+from schemas.actions import (
+    Action,
+    ActionKind,
+    ActionResult,
+    ActionStatus,
+    CommandRun,
+    Mode,
+    ModeChange,
+    ModeScope,
+)
 from schemas.audit import AuditRecord
 from schemas.base import Contract
 from schemas.deadletter import DeadLetter
@@ -32,6 +41,8 @@ __all__ = [
     "JobNodeAssignment",
     "LogLine",
     "Mode",
+    "ModeChange",
+    "ModeScope",
     "Role",
     "RootCause",
     "SickbayLineRecord",

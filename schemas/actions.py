@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from schemas.base import Contract, UtcDatetime
+from schemas.incidents import Category
 
 
 class Mode(StrEnum):
@@ -23,6 +24,7 @@ class Mode(StrEnum):
 class ActionKind(StrEnum):
     DRAIN_NODE = "drain_node"
     REQUEUE_JOB = "requeue_job"
+    RESUME_NODE = "resume_node"  # undo a drain (an operator's restore request); scheduler adapters resume
 
 
 class ActionStatus(StrEnum):
@@ -72,3 +74,26 @@ class ActionResult(Contract):
     finished_at: UtcDatetime
     commands: list[CommandRun] = Field(default_factory=list)
     detail: str = ""
+
+
+class ModeScope(Contract):
+    """Where a mode applies: a cluster, optionally narrowed to a partition and/or a verdict category."""
+
+    cluster: str = Field(min_length=1, max_length=128)
+    partition: str | None = Field(default=None, min_length=1, max_length=128)
+    category: Category | None = None
+
+    def key(self) -> str:
+        """The record key on the modes topic (compaction keeps the latest change per scope)."""
+        return f"{self.cluster}/{self.partition or '*'}/{self.category.value if self.category else '*'}"
+
+
+class ModeChange(Contract):
+    """An operator switched a scope between observe and act (the decide step applies it)."""
+
+    change_id: str
+    scope: ModeScope
+    mode: Mode
+    actor: str
+    reason: str = Field(min_length=1, max_length=256)
+    time: UtcDatetime

@@ -136,6 +136,14 @@ class TopicCatalog:
             retention_ms=90 * DAY_MS,
             description="Full audit trail",
         )
+        self.control_modes = TopicSpec(
+            name=f"{prefix}.control.modes",
+            key="scope",
+            value="ModeChange",
+            partitions=1,
+            compacted=True,
+            description="Observe/act mode per scope (cluster/partition/category), latest per key",
+        )
         self.dlq = TopicSpec(
             name=f"{prefix}.dlq",
             key="stage",
@@ -181,5 +189,6 @@ class TopicCatalog:
             self.actions,
             self.action_results,
             self.audit,
+            self.control_modes,
             self.dlq,
         ]

@@ -1,4 +1,4 @@
-"""The Slurm adapter: carries out drain and requeue intents, observe-first and idempotent.
+"""The Slurm adapter: carries out drain, resume and requeue intents, observe-first and idempotent.
 
 - ``dry_run`` actions (observe mode) are validated against the live cluster (the
   node or job exists) and reported as ``dry_run`` with the command that would run.
@@ -42,6 +42,8 @@ class SlurmAdapter:
             status, runs, detail = self._drain(action)
         elif action.kind == ActionKind.REQUEUE_JOB:
             status, runs, detail = self._requeue(action)
+        elif action.kind == ActionKind.RESUME_NODE:
+            status, runs, detail = self._resume(action)
         else:  # pragma: no cover - the enum is closed today
             status, runs, detail = ActionStatus.REJECTED, [], f"unsupported action kind {action.kind}"
         return ActionResult(
@@ -75,6 +77,28 @@ class SlurmAdapter:
         if run.returncode != 0:
             return ActionStatus.FAILED, [show, run], run.stderr.strip() or "scontrol failed"
         return ActionStatus.SUCCEEDED, [show, run], f"{node} drained"
+
+    def _resume(self, action: Action) -> tuple[ActionStatus, list[CommandRun], str]:
+        """Undo a drain (an operator's restore request). Only sickbay's own drains are undone."""
+        node = action.node
+        if not node:
+            return ActionStatus.REJECTED, [], "resume_node needs a node"
+        show, state = self.cli.show("node", node)
+        if state is None:
+            return ActionStatus.FAILED, [show], f"node {node} not found: {show.stderr.strip()}"
+        node_state, reason = state.get("State", ""), state.get("Reason", "")
+        if "DRAIN" not in node_state:
+            return ActionStatus.CONVERGED, [show], f"{node} is not drained ({node_state})"
+        if not reason.startswith("sickbay"):
+            detail = f"{node} was drained by someone else ({reason!r}); not resuming"
+            return ActionStatus.REJECTED, [show], detail
+        argv = self.cli.resume_argv(node)
+        if action.dry_run:
+            return ActionStatus.DRY_RUN, [show], "would run: " + " ".join(argv)
+        run = self.cli.run(argv)
+        if run.returncode != 0:
+            return ActionStatus.FAILED, [show, run], run.stderr.strip() or "scontrol failed"
+        return ActionStatus.SUCCEEDED, [show, run], f"{node} resumed"
 
     def _requeue(self, action: Action) -> tuple[ActionStatus, list[CommandRun], str]:
         job = action.job_id

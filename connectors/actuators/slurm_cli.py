@@ -69,6 +69,9 @@ class SlurmCli:
     def drain_argv(self, node: str, reason: str) -> list[str]:
         return ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"]
 
+    def resume_argv(self, node: str) -> list[str]:
+        return ["scontrol", "update", f"NodeName={node}", "State=RESUME"]
+
     def requeue_hold_argv(self, job_id: str) -> list[str]:
         return ["scontrol", "requeuehold", job_id]
 

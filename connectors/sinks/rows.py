@@ -1,20 +1,49 @@
-"""Flatten each contract into the column order of its ClickHouse table."""
+"""Flatten each contract into the column order of its ClickHouse table, encoded for one insert format.
+
+Rows are written as ``JSONCompactEachRow`` (one JSON array per row, in column
+order): the same bytes work on chdb and on a server, orjson encodes them in well
+about half a microsecond, and a buffered row is one ``bytes`` object (which the
+garbage collector never has to walk). Datetimes travel as epoch seconds (exact
+to the millisecond the columns keep); nested objects and lists are sent as JSON
+values and stored as their JSON text in ``String`` columns
+(:data:`INSERT_SETTINGS`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
+
 from schemas import codec
-from schemas.actions import Action, ActionResult
+from schemas.actions import Action, ActionResult, ModeChange
 from schemas.audit import AuditRecord
 from schemas.deadletter import DeadLetter
 from schemas.incidents import Incident
-from schemas.signals import Signal
+from schemas.signals import JobNodeAssignment, Signal
+
+INSERT_FORMAT = "JSONCompactEachRow"
+INSERT_SETTINGS = {
+    # JSON objects/arrays bound for String columns are kept as their JSON text.
+    "input_format_json_read_objects_as_strings": 1,
+    "input_format_json_read_arrays_as_strings": 1,
+    # ReplacingMergeTree collapses duplicates at merge time and under FINAL; sorting each inserted
+    # block for an early collapse only slows the insert down.
+    "optimize_on_insert": 0,
+}
 
 
-def _json(obj: Any) -> str:
-    return codec.dumps(obj).decode()
+def encode(row: list[Any]) -> bytes:
+    """One ``JSONCompactEachRow`` line (without the newline), through the project's one JSON seam."""
+    return codec.dumps(row)
+
+
+def ts(value: datetime) -> float:
+    """A timezone-aware datetime as epoch seconds (contracts hold UTC-aware datetimes only)."""
+    return value.timestamp()
 
 
 SIGNAL_COLUMNS = [
@@ -42,27 +71,28 @@ SIGNAL_COLUMNS = [
 
 
 def signal_row(s: Signal) -> list[Any]:
+    src = s.source
     return [
         s.signal_id,
         s.rule,
-        s.role.value,
-        s.category.value if s.category else "",
+        s.role,
+        s.category or "",
         s.summary,
-        s.event_time,
-        s.observed_time,
+        s.event_time.timestamp(),
+        s.observed_time.timestamp(),
         s.node or "",
         s.job_id or "",
         s.rank,
         s.gpu or "",
-        _json(s.attrs),
+        s.attrs,
         s.isolation,
         int(s.decisive),
         s.text,
-        s.source.kind,
-        s.source.adapter or "",
-        s.source.topic or "",
-        s.source.partition,
-        s.source.offset,
+        src.kind,
+        src.adapter or "",
+        src.topic or "",
+        src.partition,
+        src.offset,
     ]
 
 
@@ -103,8 +133,8 @@ def incident_row(i: Incident) -> list[Any]:
         i.cluster,
         i.job_id,
         i.attempt,
-        i.status.value,
-        i.category.value,
+        i.status,
+        i.category,
         r.rule,
         r.summary,
         r.node or "",
@@ -116,13 +146,13 @@ def incident_row(i: Incident) -> list[Any]:
         i.isolate,
         int(i.restartable),
         i.confidence,
-        _json(i.supporting),
-        _json(i.evidence),
+        i.supporting,
+        i.evidence,
         i.coverage,
         i.job_nodes,
-        i.opened_at,
-        i.updated_at,
-        i.first_signal_time,
+        ts(i.opened_at),
+        ts(i.updated_at),
+        ts(i.first_signal_time),
     ]
 
 
@@ -148,8 +178,8 @@ def action_row(a: Action) -> list[Any]:
     return [
         a.action_id,
         a.idempotency_key,
-        a.kind.value,
-        a.mode.value,
+        a.kind,
+        a.mode,
         int(a.dry_run),
         a.scheduler,
         a.cluster,
@@ -159,7 +189,7 @@ def action_row(a: Action) -> list[Any]:
         a.node or "",
         a.exclude_nodes,
         a.reason,
-        a.created_at,
+        ts(a.created_at),
     ]
 
 
@@ -182,14 +212,14 @@ def result_row(r: ActionResult) -> list[Any]:
     return [
         r.action_id,
         r.idempotency_key,
-        r.kind.value,
-        r.status.value,
+        r.kind,
+        r.status,
         r.adapter,
         r.cluster,
         r.incident_id,
-        r.started_at,
-        r.finished_at,
-        _json(r.commands),
+        ts(r.started_at),
+        ts(r.finished_at),
+        r.commands,
         r.detail,
     ]
 
@@ -210,14 +240,14 @@ AUDIT_COLUMNS = [
 def audit_row(a: AuditRecord) -> list[Any]:
     return [
         a.audit_id,
-        a.time,
+        ts(a.time),
         a.actor,
         a.event,
         a.cluster,
         a.incident_id or "",
         a.action_id or "",
         a.mode or "",
-        _json(a.details),
+        a.details,
     ]
 
 
@@ -234,9 +264,39 @@ def dlq_row(d: DeadLetter) -> list[Any]:
         d.offset,
         d.key or "",
         d.original_b64,
-        d.time,
+        ts(d.time),
     ]
 
 
-# table, model, columns, row function
-TableMap = tuple[str, type[Any], list[str], Callable[[Any], list[Any]]]
+ASSIGNMENT_COLUMNS = ["cluster", "job_id", "attempt", "node", "state", "event_time"]
+
+
+def assignment_row(a: JobNodeAssignment) -> list[Any]:
+    return [a.cluster, a.job_id, a.attempt, a.node, a.state, ts(a.event_time)]
+
+
+MODE_COLUMNS = ["change_id", "time", "scope", "cluster", "partition", "category", "mode", "actor", "reason"]
+
+
+def mode_row(m: ModeChange) -> list[Any]:
+    return [
+        m.change_id,
+        ts(m.time),
+        m.scope.key(),
+        m.scope.cluster,
+        m.scope.partition or "",
+        m.scope.category or "",
+        m.mode,
+        m.actor,
+        m.reason,
+    ]
+
+
+@dataclass(frozen=True)
+class TableMap:
+    """Where one topic's records go: the table, the contract that validates them, the flattening."""
+
+    table: str
+    model: type[BaseModel]
+    columns: list[str]
+    row: Callable[[Any], list[Any]]

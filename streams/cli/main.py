@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from streams.cli import analytics
 from streams.settings import REPO_ROOT, Settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -23,6 +24,7 @@ app.add_typer(adapter_app, name="adapter")
 app.add_typer(sink_app, name="sink")
 app.add_typer(dev_app, name="dev")
 app.add_typer(topics_app, name="topics")
+analytics.mount(app)  # serve, api, report
 
 
 def _logging(settings: Settings) -> None:

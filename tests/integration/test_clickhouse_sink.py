@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from connectors.sinks.clickhouse_schema import get_client, migrate
+from connectors.sinks.clickhouse_schema import LATEST_VERSION, get_client, migrate
 from connectors.sinks.sink import ClickHouseSink
 from schemas import codec
 from schemas.topics import TopicCatalog
@@ -25,7 +25,7 @@ def client(clickhouse_dsn):
 @pytest.fixture
 def db(client):
     name = f"it_{uuid.uuid4().hex[:10]}"
-    assert migrate(client, name) == 1
+    assert migrate(client, name) == LATEST_VERSION
     yield name
     client.command(f"DROP DATABASE IF EXISTS {name}")
 
@@ -38,8 +38,8 @@ def _incident():
 
 
 def test_migrations_are_idempotent(client, db):
-    assert migrate(client, db) == 1
-    assert client.query(f"SELECT count() FROM {db}.schema_migrations").result_rows[0][0] == 1
+    assert migrate(client, db) == LATEST_VERSION
+    assert client.query(f"SELECT count() FROM {db}.schema_migrations").result_rows[0][0] == LATEST_VERSION
 
 
 def test_incident_revisions_and_replayed_records_collapse_to_one_latest_row(client, db):
