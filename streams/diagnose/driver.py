@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from schemas.incidents import Category
 from schemas.raw import LogLine
@@ -16,6 +17,23 @@ from streams.diagnose.reader import MAX_LINE_BYTES, RawLine, ReadReport, read_ch
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize
 from streams.extract.rules import Catalog
+
+# Node-local logs collected per host (``<host>/kern.log``, ``nodes/<host>/dmesg.txt``, a sosreport's
+# ``<host>/var/log/messages``): the folder names the host when the lines do not.
+_NODE_LOCAL = re.compile(r"^(?:kern|kernel|dmesg|syslog|messages|journal)(?:[._\-].*)?$")
+_NOT_A_HOST = {"log", "logs", "var", "nodes", "hosts", "tmp", ".", "", "/"}
+
+
+def host_from_path(path: str) -> str | None:
+    """The host a node-local log file belongs to, from the folder it was collected into."""
+    parts = Path(path).parts
+    if not parts or not _NODE_LOCAL.match(parts[-1]):
+        return None
+    for folder in reversed(parts[:-1]):
+        if folder not in _NOT_A_HOST:
+            return folder
+    return None
+
 
 # torchelastic's failure blocks name the host of each failed rank (failure-signatures.md §4.5).
 _BLOCK_FIELD = re.compile(rb"(?m)^[ \t]*(host|rank)[ \t]*:[ \t]*(\d+|\S+)")
@@ -79,7 +97,8 @@ class Diagnoser:
                 signals.extend(extractor.extract(line, observed, Position(file=chunk.source, line=number)))
         if progress is not None:
             progress(report)
-        signals = [self._with_host(s, rank_hosts) for s in signals]
+        file_hosts: dict[str, str | None] = {}
+        signals = [self._with_host(s, rank_hosts, file_hosts) for s in signals]
         window = window_from(signals, cluster="diagnose", job_id="-", now=now)
         verdict = attribute(window, None) if window is not None else None
         return Diagnosis(verdict=verdict, signals=signals, report=report, rank_hosts=rank_hosts)
@@ -95,9 +114,17 @@ class Diagnoser:
         return last_host
 
     @staticmethod
-    def _with_host(s: Signal, rank_hosts: dict[int, str]) -> Signal:
-        if s.node is None and s.rank is not None and s.rank in rank_hosts:
+    def _with_host(s: Signal, rank_hosts: dict[int, str], file_hosts: dict[str, str | None]) -> Signal:
+        if s.node is not None:
+            return s
+        if s.rank is not None and s.rank in rank_hosts:
             return s.model_copy(update={"node": rank_hosts[s.rank]})
+        if s.source.file:
+            if s.source.file not in file_hosts:
+                file_hosts[s.source.file] = host_from_path(s.source.file)
+            host = file_hosts[s.source.file]
+            if host is not None:
+                return s.model_copy(update={"node": host})
         return s
 
 

@@ -134,3 +134,21 @@ def test_diagnose_on_the_demos_injected_logs_names_the_demo_node(tmp_path: Path)
     assert out["category"] == "hardware_gpu"
     assert out["culprit"].startswith(f"{FAULT_NODE} ")
     assert out["supporting"][0]["count"] == 3
+
+
+def test_a_node_local_log_collected_per_host_names_the_host_when_its_lines_do_not(tmp_path: Path):
+    node_dir = tmp_path / "nodes" / "dgx-a100-017"
+    node_dir.mkdir(parents=True)
+    (node_dir / "kern.log").write_text(XID79 + "\n")  # dmesg form: no host in the line
+    out = as_json(diagnose("--format", "json", str(tmp_path)))
+    assert out["culprit"] == "dgx-a100-017 GPU 0000:06:00"
+    assert out["isolate"] == ["dgx-a100-017"]
+
+
+def test_host_from_path_only_reads_node_local_logs():
+    from streams.diagnose.driver import host_from_path
+
+    assert host_from_path("/data/incident/gpu-0042/kern.log") == "gpu-0042"
+    assert host_from_path("/data/gpu-0042/var/log/messages") == "gpu-0042"
+    assert host_from_path("/data/gpu-0042/train.log") is None
+    assert host_from_path("/var/log/kern.log") is None
