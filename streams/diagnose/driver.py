@@ -21,6 +21,7 @@ from streams.extract.rules import Catalog
 # Node-local logs collected per host (``<host>/kern.log``, ``nodes/<host>/dmesg.txt``, a sosreport's
 # ``<host>/var/log/messages``): the folder names the host when the lines do not.
 _NODE_LOCAL = re.compile(r"^(?:kern|kernel|dmesg|syslog|messages|journal)(?:[._\-].*)?$")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,252}$")
 _NOT_A_HOST = {"log", "logs", "var", "nodes", "hosts", "tmp", ".", "", "/"}
 
 
@@ -31,7 +32,9 @@ def host_from_path(path: str) -> str | None:
         return None
     for folder in reversed(parts[:-1]):
         if folder not in _NOT_A_HOST:
-            return folder
+            # Cluster host names follow RFC 1123 and carry a number (gpu-0042, dgx-a100-017, cn125);
+            # a home or project folder (``alice``, ``run_3``) is not taken for a host.
+            return folder if _HOSTNAME.match(folder) and any(c.isdigit() for c in folder) else None
     return None
 
 

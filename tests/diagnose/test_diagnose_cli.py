@@ -152,3 +152,5 @@ def test_host_from_path_only_reads_node_local_logs():
     assert host_from_path("/data/gpu-0042/var/log/messages") == "gpu-0042"
     assert host_from_path("/data/gpu-0042/train.log") is None
     assert host_from_path("/var/log/kern.log") is None
+    assert host_from_path("/home/alice/kern.log") is None
+    assert host_from_path("/tmp/run_3/kern.log") is None
