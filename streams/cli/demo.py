@@ -311,6 +311,19 @@ def inject(demo: Demo) -> float:
     from connectors.sources.files import LineSink
 
     s = demo.settings
+    from connectors.sources.simulator import background_records
+
+    # The healthy hum of a running job first (the simulator's launcher banners, NCCL INFO, training
+    # progress, checkpoints, kernel noise): none of it may raise an incident.
+    started = datetime.now(UTC) - timedelta(seconds=90)
+    background = background_records(int(demo.run_id[-6:]), list(demo.ranks), demo.job_id or "?", 90, started)
+    bg_producer = ReliableProducer(s.kafka_bootstrap, "sickbay-demo-background", linger_ms=20)
+    bg_sink = LineSink(bg_producer, s.topics.raw_logs.name, None, None)
+    for n, rec in enumerate(background, 1):
+        bg_sink.line(rec, "simulator/background", n)
+    if bg_producer.flush(30) or bg_producer.failed:
+        raise RuntimeError(f"background records were not delivered: {bg_producer.last_error}")
+    say(f"background: {len(background)} healthy records from the simulator (training, NCCL INFO, kernel)")
     xid, timeouts = fault_records(demo.job_id or "?", demo.ranks, datetime.now(UTC))
     path = demo.workdir / "faults.jsonl"
     path.write_bytes(b"\n".join([JUNK, xid, *timeouts]) + b"\n")

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from streams.cli import analytics
+from streams.cli.sim import app as sim_app
 from streams.settings import REPO_ROOT, Settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -25,6 +26,7 @@ app.add_typer(sink_app, name="sink")
 app.add_typer(dev_app, name="dev")
 app.add_typer(topics_app, name="topics")
 analytics.mount(app)  # serve, api, report
+app.add_typer(sim_app, name="sim", help="Simulated fleet logs with ground truth (files or Kafka).")
 
 
 def _logging(settings: Settings) -> None:
