@@ -22,6 +22,7 @@ from schemas.base import utcnow
 
 log = logging.getLogger("sickbay.adapter.slurm")
 ADAPTER = "slurm"
+Outcome = tuple[ActionStatus, list[CommandRun], str]
 
 
 def _nodes_in(exc_node_list: str) -> set[str]:
@@ -32,20 +33,31 @@ def _nodes_in(exc_node_list: str) -> set[str]:
     return set(hostlist.expand_hostlist(exc_node_list))
 
 
+class _Finished(Exception):
+    """An outcome reached before any change (missing or unknown node)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome[2])
+        self.outcome = outcome
+
+
 class SlurmAdapter:
     def __init__(self, cli: SlurmCli) -> None:
         self.cli = cli
 
     def handle(self, action: Action) -> ActionResult:
         started = utcnow()
-        if action.kind == ActionKind.DRAIN_NODE:
-            status, runs, detail = self._drain(action)
-        elif action.kind == ActionKind.REQUEUE_JOB:
-            status, runs, detail = self._requeue(action)
-        elif action.kind == ActionKind.RESUME_NODE:
-            status, runs, detail = self._resume(action)
-        else:  # pragma: no cover - the enum is closed today
-            status, runs, detail = ActionStatus.REJECTED, [], f"unsupported action kind {action.kind}"
+        try:
+            if action.kind == ActionKind.DRAIN_NODE:
+                status, runs, detail = self._drain(action)
+            elif action.kind == ActionKind.REQUEUE_JOB:
+                status, runs, detail = self._requeue(action)
+            elif action.kind == ActionKind.RESUME_NODE:
+                status, runs, detail = self._resume(action)
+            else:  # pragma: no cover - the enum is closed today
+                status, runs, detail = ActionStatus.REJECTED, [], f"unsupported action kind {action.kind}"
+        except _Finished as finished:
+            status, runs, detail = finished.outcome
         return ActionResult(
             action_id=action.action_id,
             idempotency_key=action.idempotency_key,
@@ -60,47 +72,45 @@ class SlurmAdapter:
             detail=detail,
         )
 
-    def _drain(self, action: Action) -> tuple[ActionStatus, list[CommandRun], str]:
+    def _node(self, action: Action) -> tuple[str, CommandRun, dict[str, str]]:
+        """The node, the query that observed it and its state; a missing or unknown node ends the action."""
         node = action.node
         if not node:
-            return ActionStatus.REJECTED, [], "drain_node needs a node"
+            raise _Finished((ActionStatus.REJECTED, [], f"{action.kind.value} needs a node"))
         show, state = self.cli.show("node", node)
         if state is None:
-            return ActionStatus.FAILED, [show], f"node {node} not found: {show.stderr.strip()}"
-        argv = self.cli.drain_argv(node, action.reason)
-        node_state = state.get("State", "")
-        if "DRAIN" in node_state and state.get("Reason", "").startswith("sickbay"):
-            return ActionStatus.CONVERGED, [show], f"{node} already drained by sickbay ({node_state})"
-        if action.dry_run:
+            raise _Finished((ActionStatus.FAILED, [show], f"node {node} not found: {show.stderr.strip()}"))
+        return node, show, state
+
+    def _execute(self, show: CommandRun, argv: list[str], dry_run: bool, done: str) -> Outcome:
+        """Run one change (or, in observe mode, say what would run)."""
+        if dry_run:
             return ActionStatus.DRY_RUN, [show], "would run: " + " ".join(argv)
         run = self.cli.run(argv)
         if run.returncode != 0:
             return ActionStatus.FAILED, [show, run], run.stderr.strip() or "scontrol failed"
-        return ActionStatus.SUCCEEDED, [show, run], f"{node} drained"
+        return ActionStatus.SUCCEEDED, [show, run], done
 
-    def _resume(self, action: Action) -> tuple[ActionStatus, list[CommandRun], str]:
+    def _drain(self, action: Action) -> Outcome:
+        node, show, state = self._node(action)
+        node_state = state.get("State", "")
+        if "DRAIN" in node_state and state.get("Reason", "").startswith("sickbay"):
+            return ActionStatus.CONVERGED, [show], f"{node} already drained by sickbay ({node_state})"
+        argv = self.cli.drain_argv(node, action.reason)
+        return self._execute(show, argv, action.dry_run, f"{node} drained")
+
+    def _resume(self, action: Action) -> Outcome:
         """Undo a drain (an operator's restore request). Only sickbay's own drains are undone."""
-        node = action.node
-        if not node:
-            return ActionStatus.REJECTED, [], "resume_node needs a node"
-        show, state = self.cli.show("node", node)
-        if state is None:
-            return ActionStatus.FAILED, [show], f"node {node} not found: {show.stderr.strip()}"
+        node, show, state = self._node(action)
         node_state, reason = state.get("State", ""), state.get("Reason", "")
         if "DRAIN" not in node_state:
             return ActionStatus.CONVERGED, [show], f"{node} is not drained ({node_state})"
         if not reason.startswith("sickbay"):
             detail = f"{node} was drained by someone else ({reason!r}); not resuming"
             return ActionStatus.REJECTED, [show], detail
-        argv = self.cli.resume_argv(node)
-        if action.dry_run:
-            return ActionStatus.DRY_RUN, [show], "would run: " + " ".join(argv)
-        run = self.cli.run(argv)
-        if run.returncode != 0:
-            return ActionStatus.FAILED, [show, run], run.stderr.strip() or "scontrol failed"
-        return ActionStatus.SUCCEEDED, [show, run], f"{node} resumed"
+        return self._execute(show, self.cli.resume_argv(node), action.dry_run, f"{node} resumed")
 
-    def _requeue(self, action: Action) -> tuple[ActionStatus, list[CommandRun], str]:
+    def _requeue(self, action: Action) -> Outcome:
         job = action.job_id
         if not job:
             return ActionStatus.REJECTED, [], "requeue_job needs a job id"
