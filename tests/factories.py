@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from schemas import codec
+from schemas.actions import Action, ActionKind, Mode
+from schemas.base import utcnow
 from schemas.signals import Signal
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import normalize
@@ -77,3 +81,23 @@ def one(raw: bytes, **kw: object) -> Signal:
     out = signals(raw, **kw)  # type: ignore[arg-type]
     assert len(out) == 1, out
     return out[0]
+
+
+def slurm_action(
+    kind: ActionKind, *, dry_run: bool = False, reason: str = "sickbay: test", **fields: Any
+) -> Action:
+    """An action as the decide step (or the API) would publish it, with a fresh idempotency key."""
+    key = f"it:{kind.value}:{uuid.uuid4().hex}"
+    return Action(
+        action_id=key,
+        idempotency_key=key,
+        kind=kind,
+        mode=Mode.OBSERVE if dry_run else Mode.ACT,
+        dry_run=dry_run,
+        cluster="it",
+        incident_id=fields.pop("incident_id", "inc-it"),
+        incident_revision=1,
+        reason=reason,
+        created_at=utcnow(),
+        **fields,
+    )

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from connectors.actuators.slurm_adapter import SlurmAdapter
 from connectors.actuators.slurm_cli import SlurmCli
-from schemas.actions import Action, ActionKind, ActionStatus, Mode
-from schemas.base import utcnow
+from schemas.actions import Action, ActionKind, ActionStatus
+from tests.factories import slurm_action
 
 pytestmark = pytest.mark.integration
 NODE = "gpu-04"
@@ -25,19 +23,12 @@ def cli(slurm_conf):
 
 
 def _action(kind: ActionKind, *, dry_run: bool = False) -> Action:
-    key = f"it:{kind.value}:{uuid.uuid4().hex}"
-    return Action(
-        action_id=key,
-        idempotency_key=key,
-        kind=kind,
-        mode=Mode.OBSERVE if dry_run else Mode.ACT,
+    return slurm_action(
+        kind,
         dry_run=dry_run,
-        cluster="it",
-        incident_id="",
-        incident_revision=1,
         node=NODE,
+        incident_id="",
         reason="sickbay: isolate requested by api:alice: ECC errors",
-        created_at=utcnow(),
     )
 
 

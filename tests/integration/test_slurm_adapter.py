@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import time
-import uuid
 
 import pytest
 
 from connectors.actuators.slurm_adapter import SlurmAdapter
 from connectors.actuators.slurm_cli import SlurmCli
-from schemas.actions import Action, ActionKind, ActionStatus, Mode
-from schemas.base import utcnow
+from schemas.actions import Action, ActionKind, ActionStatus
+from tests.factories import slurm_action
 
 pytestmark = pytest.mark.integration
 NODE = "gpu-02"
@@ -64,21 +63,13 @@ def _action(
     job_id: str | None = None,
     exclude: list[str] | None = None,
 ) -> Action:
-    key = f"it:{kind.value}:{uuid.uuid4().hex}"
-    return Action(
-        action_id=key,
-        idempotency_key=key,
-        kind=kind,
-        mode=Mode.OBSERVE if dry_run else Mode.ACT,
+    return slurm_action(
+        kind,
         dry_run=dry_run,
-        cluster="it",
-        incident_id="inc-it",
-        incident_revision=1,
         node=node,
         job_id=job_id,
         exclude_nodes=exclude or [],
         reason="sickbay: Xid 79 (GPU fallen off the bus) [inc-it]",
-        created_at=utcnow(),
     )
 
 
