@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import TypeAdapter
 
+from streams.cli.errors import fail as _fail
 from streams.settings import Settings
 
 report_app = typer.Typer(
@@ -39,11 +40,6 @@ def mount(app: typer.Typer) -> None:
     app.add_typer(report_app, name="report")
     app.command("serve")(serve)
     app.command("api")(api)
-
-
-def _fail(message: str, code: int = 2) -> None:
-    typer.secho(f"sickbay: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
 
 
 # -- serving -----------------------------------------------------------------------------------------

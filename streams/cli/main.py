@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from streams.cli import analytics
+from streams.cli.errors import fail as _fail
 from streams.cli.sim import app as sim_app
 from streams.settings import REPO_ROOT, Settings
 
@@ -35,11 +36,6 @@ def _logging(settings: Settings) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-
-
-def _fail(message: str, code: int = 2) -> None:
-    typer.secho(f"sickbay: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
 
 
 @topics_app.command("create")

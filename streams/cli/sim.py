@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from schemas import codec
+from streams.cli.errors import fail
 
 if TYPE_CHECKING:
     from connectors.sources.simulator import GroundTruth, SimOptions
@@ -22,8 +23,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    typer.secho(f"sickbay sim: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
+    fail(message, code, prefix="sickbay sim")
 
 
 def _options(telemetry_s: float, noise: float, k8s_share: float) -> SimOptions:
