@@ -104,13 +104,17 @@ def serve_in_thread(app: Any) -> Iterator[str]:
 
 def wait_for(driver: Any, css: str, text: str | None = None, timeout_s: float = 15.0) -> Any:
     """The first element matching ``css`` (containing ``text``), or a failure with the page's text."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for el in driver.find_elements(By.CSS_SELECTOR, css):
-            if text is None or text in el.text:
-                return el
+        try:
+            for el in driver.find_elements(By.CSS_SELECTOR, css):
+                if text is None or text in el.text:
+                    return el
+        except StaleElementReferenceException:
+            pass  # the console re-rendered while we looked: look again
         time.sleep(0.1)
     body = driver.find_element(By.TAG_NAME, "body").text
     pytest.fail(f"{css!r}{f' with {text!r}' if text else ''} not found; the page shows:\n{body[:3000]}")
@@ -123,3 +127,18 @@ def screenshot(driver: Any, name: str) -> Path:
     driver.set_window_size(1400, max(900, min(int(height) + 40, 4000)))
     driver.save_screenshot(str(path))
     return path
+
+
+def click(driver: Any, css: str, text: str | None = None, timeout_s: float = 15.0) -> None:
+    """Click the element, looking it up again if the console re-renders it between lookup and click."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            wait_for(driver, css, text, timeout_s=max(0.1, deadline - time.monotonic())).click()
+            return
+        except StaleElementReferenceException:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)

@@ -11,7 +11,7 @@ from connectors.api.store import Store
 from schemas import codec
 from schemas.actions import Mode
 from schemas.topics import TopicCatalog
-from tests.analytics.browser import chromium, screenshot, serve_in_thread, wait_for
+from tests.analytics.browser import chromium, click, screenshot, serve_in_thread, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -40,7 +40,7 @@ def test_the_incident_page_shows_root_cause_cascade_evidence_actions_and_audit(c
     row = wait_for(browser, "#incidents tbody tr", "gpu-03")  # job 42's incident in the timeline
     assert "Xid 79" in row.text and "42" in row.text
     screenshot(browser, "console-timeline.png")
-    row.find_element("css selector", "a").click()
+    click(browser, f'#incidents tbody tr a[href="#/incident/{incident.incident_id}"]')
 
     title = wait_for(browser, "#incident-title", "Xid 79")
     assert browser.current_url.endswith(f"#/incident/{incident.incident_id}")
@@ -73,7 +73,7 @@ def test_an_advisory_action_is_approved_from_the_incident_page(console, browser)
     browser.find_element("id", "token").send_keys("s3cret")
     browser.find_element("id", "actor").send_keys("alice")
     browser.find_element("css selector", "#auth button").click()
-    wait_for(browser, "#actions button.approve").click()
+    click(browser, "#actions button.approve")
     browser.switch_to.alert.accept()
     wait_for(browser, "#flash", "Published to ui.actions")
     published = [codec.loads(v) for topic, _k, v in publisher.records if topic == "ui.actions"]

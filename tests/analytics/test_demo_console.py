@@ -17,7 +17,7 @@ import pytest
 
 from schemas import codec
 from streams.settings import REPO_ROOT
-from tests.analytics.browser import chromium, free_port, screenshot, wait_for
+from tests.analytics.browser import chromium, click, free_port, screenshot, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -76,7 +76,7 @@ def test_the_console_shows_the_demo_incident_with_evidence_and_actions(kafka_boo
             browser.get(f"{url}/console/#/incidents")
             row = wait_for(browser, "#incidents tbody tr", "gpu-03")
             assert job_id in row.text
-            row.find_element("css selector", "a").click()
+            click(browser, f'#incidents tbody tr a[href="#/incident/{incident_id}"]')
             wait_for(browser, "#incident-title", "Xid 79")
             assert browser.current_url.endswith(f"#/incident/{incident_id}")
             root = wait_for(browser, "#root-cause", "gpu-03")
