@@ -14,6 +14,7 @@ from schemas.actions import (
     Mode,
     ModeChange,
     ModeScope,
+    WorkloadKind,
 )
 from schemas.audit import AuditRecord
 from schemas.base import Contract
@@ -52,4 +53,5 @@ __all__ = [
     "TopicCatalog",
     "TopicSpec",
     "VectorRecord",
+    "WorkloadKind",
 ]

@@ -25,6 +25,16 @@ class ActionKind(StrEnum):
     DRAIN_NODE = "drain_node"
     REQUEUE_JOB = "requeue_job"
     RESUME_NODE = "resume_node"  # undo a drain (an operator's restore request); scheduler adapters resume
+    CANCEL_JOB = "cancel_job"  # stop a job for good (retry budget spent, not restartable); Slurm scancel
+
+
+class WorkloadKind(StrEnum):
+    """What ``job_id`` names, so an adapter knows which API restarts it."""
+
+    SLURM_JOB = "slurm_job"
+    PYTORCH_JOB = "pytorchjob"  # kubeflow.org/v1 PyTorchJob
+    TRAIN_JOB = "trainjob"  # trainer.kubeflow.org/v1alpha1 TrainJob
+    KUEUE_WORKLOAD = "kueue_workload"  # kueue.x-k8s.io/v1beta1 Workload
 
 
 class ActionStatus(StrEnum):
@@ -47,9 +57,16 @@ class Action(Contract):
     incident_revision: int = Field(ge=1)
     job_id: str | None = None
     node: str | None = None
+    gpu: str | None = None  # the GPU named in the verdict, when the isolation is GPU-scoped
     exclude_nodes: list[str] = Field(default_factory=list)
     reason: str = Field(min_length=1, max_length=256)
     created_at: UtcDatetime
+    # Kubernetes addressing (ignored by Slurm adapters): the workload's namespace and kind.
+    namespace: str | None = Field(default=None, max_length=63)
+    workload_kind: WorkloadKind | None = None
+    # An isolation is reversible: after this time an operator (or the adapter's sweep) may restore it.
+    expires_at: UtcDatetime | None = None
+    policy_rule: str | None = None  # which policy rule proposed it (audit)
 
 
 class CommandRun(Contract):
