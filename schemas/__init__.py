@@ -22,6 +22,7 @@ from schemas.deadletter import DeadLetter
 from schemas.incidents import Category, Culprit, Evidence, Incident, IncidentStatus, RootCause, Symptom
 from schemas.raw import FluentBitRecord, LogLine, SickbayLineRecord, VectorRecord
 from schemas.signals import JobNodeAssignment, Role, Signal, SourceRef
+from schemas.telemetry import GpuTelemetry
 from schemas.topics import TopicCatalog, TopicSpec
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "DeadLetter",
     "Evidence",
     "FluentBitRecord",
+    "GpuTelemetry",
     "Incident",
     "IncidentStatus",
     "JobNodeAssignment",

@@ -61,6 +61,15 @@ class TopicCatalog:
             faust_source=True,
             description="Records exactly as Fluent Bit, Vector, rsyslog or sickbay's collector wrote them",
         )
+        self.raw_telemetry = TopicSpec(
+            name=f"{prefix}.raw.telemetry",
+            key="node",
+            value="GpuTelemetry",
+            partitions=p,
+            faust_source=True,
+            retention_ms=7 * DAY_MS,
+            description="GPU telemetry samples (dcgm-exporter, Prometheus, NVML), one per GPU per scrape",
+        )
         self.signals_node = TopicSpec(
             name=f"{prefix}.signals.node",
             key="node",
@@ -180,6 +189,7 @@ class TopicCatalog:
     def sickbay(self) -> list[TopicSpec]:
         return [
             self.raw_logs,
+            self.raw_telemetry,
             self.signals_node,
             self.topology_node,
             self.signals_job,
