@@ -25,6 +25,12 @@ dev-up: venv ## Start real Kafka (KRaft) and Slurm (slurmctld + 4 slurmd), creat
 dev-down: ## Stop the local stack
 	SICKBAY_PYTHON=$(PY) bash deploy/local/stack.sh down
 
+kube-up: ## Start a real kube-apiserver + etcd (builds kube-apiserver once, cached in ~/.cache/sickbay/kube)
+	bash deploy/local/kube.sh up
+
+kube-down: ## Stop the local kube-apiserver + etcd
+	bash deploy/local/kube.sh down
+
 dev-status: ## Show the local stack
 	SICKBAY_PYTHON=$(PY) bash deploy/local/stack.sh status
 
@@ -54,7 +60,7 @@ clean: ## Remove the venv and local state (keeps the download cache)
 	-bash deploy/local/stack.sh down
 	rm -rf $(VENV) .cache/stack
 
-.PHONY: help venv dev-up dev-down dev-status demo test test-unit lint bench bench-extract clean
+.PHONY: help venv dev-up dev-down kube-up kube-down dev-status demo test test-unit lint bench bench-extract clean
 
 SCORE_ARGS ?=
 score: venv ## Scoreboard: 1,000 seeded simulator scenarios through diagnose and the stream (RESULTS.md)
@@ -66,3 +72,32 @@ bench-sink: venv ## Sink throughput: realistic signals through the ClickHouse si
 	$(PY) -m benchmarks.bench_sink
 
 .PHONY: bench-sink
+
+BENCH_ACT_ARGS ?=
+bench-act: dev-up ## Incident -> action on real Slurm: act p50/p99 and reconciliation over 50 incidents + a storm (RESULTS.md)
+	$(PY) -m benchmarks.bench_act $(BENCH_ACT_ARGS)
+
+.PHONY: bench-act
+
+bench-collect: venv ## Collector throughput: files → real Kafka, side by side with bare confluent-kafka (RESULTS.md)
+	$(PY) -m benchmarks.bench_collect
+
+.PHONY: bench-collect
+
+BENCH_STREAM_ARGS ?=
+bench-stream: venv ## One Faust worker end to end: events/s vs raw consume, latency at 10k/s, RSS (RESULTS.md)
+	$(PY) -m benchmarks.bench_stream $(BENCH_STREAM_ARGS)
+
+.PHONY: bench-stream
+
+SCALE_ARGS ?=
+bench-scale: venv ## Scale-out: 1 → 2 → 4 Faust workers on a 3-broker KRaft cluster (RF 3), RESULTS.md
+	$(PY) -m benchmarks.bench_scale $(SCALE_ARGS)
+
+wheels: venv ## The wheels the container image installs (sickbay[nvml] + dependencies) into dist/wheels
+	$(PY) -m pip wheel --wheel-dir dist/wheels '.[nvml]'
+
+helm: ## Build helm from its Go module once (cached in ~/.cache/sickbay/bin) and lint the chart
+	"$$(bash deploy/local/tools.sh helm)" lint --strict deploy/helm/sickbay
+
+.PHONY: bench-scale wheels helm

@@ -19,7 +19,17 @@ from schemas.actions import (
 from schemas.audit import AuditRecord
 from schemas.base import Contract
 from schemas.deadletter import DeadLetter
-from schemas.incidents import Category, Culprit, Evidence, Incident, IncidentStatus, RootCause, Symptom
+from schemas.health import NodeHealth
+from schemas.incidents import (
+    Category,
+    Culprit,
+    Evidence,
+    Incident,
+    IncidentKind,
+    IncidentStatus,
+    RootCause,
+    Symptom,
+)
 from schemas.raw import FluentBitRecord, LogLine, SickbayLineRecord, VectorRecord
 from schemas.signals import JobNodeAssignment, Role, Signal, SourceRef
 from schemas.telemetry import GpuTelemetry
@@ -40,12 +50,14 @@ __all__ = [
     "FluentBitRecord",
     "GpuTelemetry",
     "Incident",
+    "IncidentKind",
     "IncidentStatus",
     "JobNodeAssignment",
     "LogLine",
     "Mode",
     "ModeChange",
     "ModeScope",
+    "NodeHealth",
     "Role",
     "RootCause",
     "SickbayLineRecord",

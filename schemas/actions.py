@@ -43,6 +43,8 @@ class ActionStatus(StrEnum):
     DRY_RUN = "dry_run"  # observe mode: validated, not executed
     CONVERGED = "converged"  # the scheduler already shows the wanted state
     REJECTED = "rejected"  # refused by a safety check in the adapter
+    PENDING = "pending"  # executed; the scheduler does not show the wanted state yet
+    ABANDONED = "abandoned"  # never converged within the reconcile deadline; a human has to look
 
 
 class Action(Contract):
@@ -67,6 +69,7 @@ class Action(Contract):
     # An isolation is reversible: after this time an operator (or the adapter's sweep) may restore it.
     expires_at: UtcDatetime | None = None
     policy_rule: str | None = None  # which policy rule proposed it (audit)
+    backoff_s: float = Field(default=0.0, ge=0.0)  # restart no earlier than created_at + backoff_s
 
 
 class CommandRun(Contract):
@@ -113,4 +116,29 @@ class ModeChange(Contract):
     mode: Mode
     actor: str
     reason: str = Field(min_length=1, max_length=256)
+    time: UtcDatetime
+
+
+class IsolationRequest(Contract):
+    """A drain the decide step wants, sent to the per-cluster gate that applies the fleet-wide valves.
+
+    Jobs are spread over partitions, but the blast-radius cap and the flapping guard
+    count across all of them, so isolations pass one serial point per cluster.
+    """
+
+    request_id: str
+    cluster: str
+    node: str
+    partition: str | None = None
+    incident_id: str
+    incident_revision: int = Field(ge=1)
+    job_id: str | None = None
+    gpu: str | None = None
+    category: Category
+    mode: Mode
+    reason: str = Field(min_length=1, max_length=256)
+    expires_at: UtcDatetime | None = None
+    policy_rule: str | None = None
+    scheduler: Literal["slurm", "kubernetes"] = "slurm"
+    restore: bool = False  # an operator restored the node (counts for the flapping guard)
     time: UtcDatetime

@@ -26,6 +26,17 @@ class IncidentStatus(StrEnum):
     CLOSED = "closed"
 
 
+class IncidentKind(StrEnum):
+    """What the incident reports. ``degrading`` is pre-emptive: no job failed yet, so the policy
+    may drain the node after its jobs end instead of killing them; ``hang`` and ``straggler``
+    come from the progress and telemetry detectors."""
+
+    FAILURE = "failure"
+    HANG = "hang"
+    STRAGGLER = "straggler"
+    DEGRADING = "degrading"
+
+
 class Evidence(Contract):
     signal_id: str
     rule: str
@@ -92,3 +103,4 @@ class Incident(Contract):
     opened_at: UtcDatetime
     updated_at: UtcDatetime
     first_signal_time: UtcDatetime
+    kind: IncidentKind = IncidentKind.FAILURE

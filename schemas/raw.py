@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.base import Contract, UtcDatetime
 
-Adapter = Literal["fluentbit", "vector", "plain", "sickbay"]
+Adapter = Literal["fluentbit", "vector", "plain", "sickbay", "filebeat", "otlp", "rsyslog", "loki", "syslog"]
 
 
 class _ShipperModel(BaseModel):
@@ -74,10 +74,83 @@ class VectorRecord(_ShipperModel):
     kubernetes: VectorKubernetes | None = None
 
 
+class EcsNamed(_ShipperModel):
+    name: str | None = None
+
+
+class EcsKubernetesPod(_ShipperModel):
+    name: str | None = None
+    uid: str | None = None
+
+
+class EcsKubernetes(_ShipperModel):
+    """Filebeat's ``add_kubernetes_metadata``: nested maps, ``namespace`` a plain string."""
+
+    pod: EcsKubernetesPod | None = None
+    namespace: str | None = None
+    node: EcsNamed | None = None
+    container: EcsNamed | None = None
+    labels: dict[str, Any] = Field(default_factory=dict)
+
+
+class EcsContainer(_ShipperModel):
+    id: str | None = None
+    name: str | None = None
+
+
+class EcsLogFile(_ShipperModel):
+    path: str | None = None
+
+
+class EcsLog(_ShipperModel):
+    file: EcsLogFile | None = None
+    offset: int | None = None
+
+
+class FilebeatRecord(_ShipperModel):
+    """Filebeat / Elastic Agent ``output.kafka`` with the default ``codec.json``: ECS field names
+    (``@timestamp`` RFC 3339, ``message``, ``host.name``, ``log.file.path``, ``container.id``,
+    ``kubernetes.pod.name``/``namespace``/``node.name``/``container.name``/``labels``)."""
+
+    message: str
+    timestamp: datetime | None = Field(default=None, alias="@timestamp")
+    host: EcsNamed | None = None
+    log: EcsLog | None = None
+    container: EcsContainer | None = None
+    kubernetes: EcsKubernetes | None = None
+    stream: str | None = None
+
+
+class RsyslogJsonRecord(_ShipperModel):
+    """rsyslog ``omkafka`` with a JSON template: ``%jsonmesg%`` (``msg``, ``hostname``,
+    ``timereported``, ``syslogtag``, ``programname``, ``fromhost``) or a hand-written
+    ``type="list"`` template that uses the same property names."""
+
+    msg: str
+    hostname: str | None = None
+    fromhost: str | None = None
+    timereported: datetime | None = None
+    timegenerated: datetime | None = None
+    syslogtag: str | None = None
+    programname: str | None = None
+
+
 class SickbayLineRecord(Contract):
     """What ``sickbay collect file`` writes for a plain text line it tails itself."""
 
     line: str
+    host: str | None = None
+    file: str | None = None
+    line_no: int | None = None
+    time: UtcDatetime | None = None
+    job_id: str | None = None
+
+
+class SickbayLinesRecord(Contract):
+    """Several consecutive plain lines of one file in one Kafka record (``sickbay collect files
+    --lines-per-record N``): per-record cost is paid once per batch; ``line_no`` is the first line's."""
+
+    lines: list[str] = Field(min_length=1)
     host: str | None = None
     file: str | None = None
     line_no: int | None = None

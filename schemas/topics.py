@@ -38,7 +38,22 @@ TABLE_NODE_JOBS = "node-jobs"
 TABLE_JOB_TOPOLOGY = "job-topology"
 TABLE_INCIDENT_WINDOWS = "incident-windows"
 TABLE_DECIDE_ISSUED = "decide-issued"
-FAUST_TABLES = (TABLE_NODE_JOBS, TABLE_JOB_TOPOLOGY, TABLE_INCIDENT_WINDOWS, TABLE_DECIDE_ISSUED)
+TABLE_DECIDE_JOBS = "decide-jobs"  # job → JobInfo + recovery history (restarts, confirmations)
+TABLE_DECIDE_GATE = "decide-gate"  # cluster → recent isolations and per-node flap history
+TABLE_JOB_PROGRESS = "job-progress"  # job → progress (hang) state and per-rank pace
+TABLE_GPU_PACE = "gpu-pace"  # node → per-GPU SM clock pace (stragglers)
+TABLE_NODE_HEALTH = "node-health"  # node → decaying degradation score
+FAUST_TABLES = (
+    TABLE_NODE_JOBS,
+    TABLE_JOB_TOPOLOGY,
+    TABLE_INCIDENT_WINDOWS,
+    TABLE_DECIDE_ISSUED,
+    TABLE_DECIDE_JOBS,
+    TABLE_DECIDE_GATE,
+    TABLE_JOB_PROGRESS,
+    TABLE_GPU_PACE,
+    TABLE_NODE_HEALTH,
+)
 
 
 class TopicCatalog:
@@ -86,6 +101,24 @@ class TopicCatalog:
             faust_source=True,
             description="Which job attempts each node serves",
         )
+        self.topology_jobs = TopicSpec(
+            name=f"{prefix}.topology.jobs",
+            key="job_id",
+            value="JobInfo",
+            partitions=p,
+            faust_source=True,
+            compacted=True,
+            description="Job facts for policy: partition/namespace, APS comment/annotation, last checkpoint",
+        )
+        self.isolation_requests = TopicSpec(
+            name=f"{prefix}.decide.isolations",
+            key="cluster",
+            value="IsolationRequest",
+            partitions=p,
+            faust_source=True,
+            retention_ms=7 * DAY_MS,
+            description="Drains the decide step wants; the per-cluster gate applies fleet-wide valves",
+        )
         self.signals_job = TopicSpec(
             name=f"{prefix}.signals.job",
             key="job_id",
@@ -111,6 +144,23 @@ class TopicCatalog:
             faust_source=True,
             retention_ms=3600 * 1000,
             description="Timer ticks re-entering the job stream (Faust tables change only inside a stream)",
+        )
+        self.ticks_progress = TopicSpec(
+            name=f"{prefix}.control.progress-ticks",
+            key="job_id",
+            value="{tick, at}",
+            partitions=p,
+            faust_source=True,
+            retention_ms=3600 * 1000,
+            description="Timer ticks re-entering the progress (hang) stream",
+        )
+        self.health_nodes = TopicSpec(
+            name=f"{prefix}.health.nodes",
+            key="node",
+            value="NodeHealth",
+            partitions=p,
+            retention_ms=30 * DAY_MS,
+            description="Node health snapshots (score, decayed penalty per degradation kind)",
         )
         self.incidents = TopicSpec(
             name=f"{prefix}.incidents",
@@ -192,9 +242,13 @@ class TopicCatalog:
             self.raw_telemetry,
             self.signals_node,
             self.topology_node,
+            self.topology_jobs,
+            self.isolation_requests,
             self.signals_job,
             self.ticks_node,
             self.ticks_job,
+            self.ticks_progress,
+            self.health_nodes,
             self.incidents,
             self.actions,
             self.action_results,

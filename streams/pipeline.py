@@ -4,6 +4,10 @@
                         │   topology.node ─┴─[route]─> signals.job
                         └─> signals.job ──┬──────────[correlate]─> incidents ─[decide]─> actions, audit
                   [refine timer] ─> control.ticks ─┘         └─> topology.node
+    signals.job + control.progress-ticks ─[progress]─> signals.job (hang / slow-rank signals)
+    raw.logs metric events ─[extract]─> raw.telemetry ─┐
+    signals.node ──────────────────────────────────────┴─[gpu_health]─> signals.node (slow GPU),
+                                                         health.nodes, incidents (degrading)
     anything unreadable ─> dlq
 
 ``register`` is a function, not import-time decorators, so tests build as many
@@ -12,7 +16,7 @@ apps as they like (memory store, their own topic prefix).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
@@ -35,6 +39,13 @@ class Topics:
     actions: Any
     audit: Any
     dlq: Any
+    topology_jobs: Any = None  # JobInfo for the decide step (partition, APS override, checkpoint)
+    isolation_requests: Any = None  # decide → per-cluster isolation gate
+    raw_telemetry: Any = None  # GpuTelemetry, keyed by node
+    ticks_progress: Any = None  # hang_watch timer → progress agent, keyed by job
+    progress_inbox: Any = None  # signals.job + control.progress-ticks, co-partitioned by job
+    gpu_inbox: Any = None  # raw.telemetry + signals.node, co-partitioned by node
+    health_nodes: Any = None  # NodeHealth snapshots, keyed by node
 
 
 @dataclass
@@ -44,6 +55,7 @@ class Pipeline:
     topics: Topics
     agents: dict[str, Any]
     tables: dict[str, Any]
+    services: dict[str, Any] = field(default_factory=dict)  # in-process helpers (e.g. the mode registry)
 
 
 def _topic(app: faust.App, spec: TopicSpec, *, raw_value: bool = False) -> Any:
@@ -61,6 +73,8 @@ def _topic(app: faust.App, spec: TopicSpec, *, raw_value: bool = False) -> Any:
 
 def build(app: faust.App, settings: Settings) -> Pipeline:
     from streams.correlate.agent import register as register_correlate
+    from streams.correlate.node_agent import register as register_gpu_health
+    from streams.correlate.progress_agent import register as register_progress
     from streams.decide.agent import register as register_decide
     from streams.extract.agent import register as register_extract
 
@@ -84,10 +98,24 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
         actions=_topic(app, cat.actions),
         audit=_topic(app, cat.audit),
         dlq=_topic(app, cat.dlq),
+        topology_jobs=_topic(app, cat.topology_jobs),
+        isolation_requests=_topic(app, cat.isolation_requests),
+        raw_telemetry=_topic(app, cat.raw_telemetry),
+        ticks_progress=_topic(app, cat.ticks_progress),
+        progress_inbox=app.topic(
+            cat.signals_job.name, cat.ticks_progress.name, key_type=bytes, key_serializer="raw"
+        ),
+        gpu_inbox=app.topic(
+            cat.raw_telemetry.name, cat.signals_node.name, key_type=bytes, key_serializer="raw"
+        ),
+        health_nodes=_topic(app, cat.health_nodes),
     )
     pipe = Pipeline(app=app, settings=settings, topics=topics, agents={}, tables={})
     register_extract(pipe)
     register_correlate(pipe)
+    if settings.detectors:
+        register_progress(pipe)
+        register_gpu_health(pipe)
     register_decide(pipe)
     return pipe
 

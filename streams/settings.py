@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -49,6 +49,23 @@ class Settings(BaseSettings):
     slurm_conf: Path | None = Field(
         default=None, validation_alias=AliasChoices("SLURM_CONF", "SICKBAY_SLURM_CONF")
     )
+    # How the Slurm adapter reaches the controller (connectors/actuators/slurm_backend.py): local scontrol,
+    # the same argv over SSH on a control host, or slurmrestd. Secrets come from env or files, never logged.
+    slurm_mode: Literal["local", "ssh", "rest"] = "local"
+    slurm_ssh_host: str | None = None
+    slurm_ssh_port: int = Field(default=22, ge=1, le=65535)
+    slurm_ssh_user: str | None = None
+    slurm_ssh_key: Path | None = Field(default=None, description="private key file (BatchMode: no prompts)")
+    slurm_ssh_known_hosts: Path | None = Field(default=None, description="known_hosts; host keys are checked")
+    slurm_ssh_control_persist_s: int = Field(default=60, ge=0, description="share one connection; 0: off")
+    slurm_rest_url: str | None = Field(default=None, description="http(s)://host:port or unix:/path")
+    slurm_rest_api: Literal["v0.0.38", "v0.0.39"] = "v0.0.38"
+    slurm_rest_user: str | None = None
+    slurm_rest_token: SecretStr | None = Field(default=None, description="JWT (scontrol token); or a file")
+    slurm_rest_token_file: Path | None = Field(default=None, description="file holding the JWT")
+    slurm_timeout_s: float = Field(default=30.0, gt=0)
+    slurm_retries: int = Field(default=3, ge=0, description="extra tries when the controller was not reached")
+    slurm_retry_backoff_s: float = Field(default=0.5, ge=0, description="first backoff; doubles each try")
 
     # Faust worker
     app_id: str = "sickbay"
@@ -71,6 +88,42 @@ class Settings(BaseSettings):
     )
     lateness_s: float = Field(default=300.0, ge=0, description="bounded lateness/clock skew across sources")
     max_isolate_per_incident: int = Field(default=2, ge=0, description="blast-radius cap per incident")
+
+    # Hang, straggler and node-health detectors (streams/correlate/progress.py, straggler.py,
+    # node_health.py)
+    detectors: bool = Field(default=True, description="run the progress and gpu_health agents")
+    hang_multiple: float = Field(default=5.0, gt=1, description="hang: silence > this x the recent period")
+    hang_floor_s: float = Field(default=300.0, ge=0, description="hang: never declared before this silence")
+    hang_check_interval_s: float = Field(default=5.0, gt=0, description="how often the hang timer looks")
+    detector_clock: Literal["wall", "event"] = Field(
+        default="wall",
+        description="wall: silence against the wall clock; event: against the newest event time seen "
+        "(replays faster than real time, e.g. the scoreboard)",
+    )
+    straggler_threshold: float = Field(
+        default=0.75, gt=0, lt=1, description="straggler: best median / current median below this"
+    )
+    straggler_throttled_threshold: float = Field(
+        default=0.9,
+        gt=0,
+        lt=1,
+        description="straggler: the threshold when the GPU reports a HW throttle reason",
+    )
+    straggler_sustain_s: float = Field(
+        default=120.0, ge=0, description="straggler: the score stays below the threshold this long"
+    )
+    straggler_min_samples: int = Field(default=3, ge=1, description="straggler: and for this many samples")
+    node_health_threshold: float = Field(
+        default=0.5, gt=0, lt=1, description="node health: a pre-emptive degrading incident below this"
+    )
+    node_health_half_life_s: float = Field(
+        default=6 * 3600.0, gt=0, description="node health: evidence weight halves this often"
+    )
+    policy_file: Path | None = Field(
+        default=None,
+        description="recovery policy TOML (defaults, per-cluster/partition overrides, fleet valves)",
+    )
+    follow_modes: bool = Field(default=True, description="apply runtime mode changes from control.modes")
 
     @property
     def topics(self) -> TopicCatalog:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from datetime import datetime
+from typing import Literal, Protocol
 
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, Message
 from pydantic import ValidationError
 
-from connectors.actuators.slurm_adapter import SlurmAdapter
 from connectors.kafka import ReliableProducer, consumer_config
 from connectors.lifecycle import StopFlag
 from schemas import codec
@@ -25,7 +26,17 @@ from schemas.topics import TopicCatalog
 log = logging.getLogger("sickbay.adapter")
 
 
-def _audit(result: ActionResult, action: Action) -> AuditRecord:
+class Adapter(Protocol):
+    """What the loop needs of a scheduler adapter (Slurm, Kubernetes)."""
+
+    def handle(self, action: Action) -> ActionResult: ...
+
+    def sweep_expired(
+        self, cluster: str, *, now: datetime | None = None, dry_run: bool = False
+    ) -> list[ActionResult]: ...
+
+
+def _audit(result: ActionResult, mode: str) -> AuditRecord:
     return AuditRecord(
         audit_id="aud-"
         + hashlib.blake2b(f"{result.action_id}|{result.status}".encode(), digest_size=8).hexdigest(),
@@ -35,7 +46,7 @@ def _audit(result: ActionResult, action: Action) -> AuditRecord:
         cluster=result.cluster,
         incident_id=result.incident_id,
         action_id=result.action_id,
-        mode=action.mode.value,
+        mode=mode,
         details={
             "kind": result.kind.value,
             "detail": result.detail,
@@ -47,20 +58,27 @@ def _audit(result: ActionResult, action: Action) -> AuditRecord:
 def run_adapter(
     bootstrap: str,
     cat: TopicCatalog,
-    adapter: SlurmAdapter,
+    adapter: Adapter,
     cluster: str,
     *,
     group_id: str = "sickbay-adapter-slurm",
     idle_exit_s: float | None = None,
+    sweep_every_s: float | None = None,
+    scheduler: Literal["slurm", "kubernetes"] = "slurm",
 ) -> int:
-    consumer = Consumer(consumer_config(bootstrap, group_id, "sickbay-adapter-slurm"))
+    """Handle actions until stopped. ``sweep_every_s``: also resume expired sickbay drains that often."""
+    consumer = Consumer(consumer_config(bootstrap, group_id, f"sickbay-adapter-{scheduler}"))
     consumer.subscribe([cat.actions.name])
-    producer = ReliableProducer(bootstrap, "sickbay-adapter-slurm", linger_ms=0)
+    producer = ReliableProducer(bootstrap, f"sickbay-adapter-{scheduler}", linger_ms=0)
     handled = 0
     stopping = StopFlag()
     last = time.monotonic()
+    next_sweep = time.monotonic()
     try:
         while not stopping:
+            if sweep_every_s is not None and time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + sweep_every_s
+                _sweep(adapter, cluster, producer, cat)
             msg = consumer.poll(0.2)
             if msg is None:
                 if idle_exit_s is not None and time.monotonic() - last > idle_exit_s:
@@ -78,9 +96,10 @@ def run_adapter(
                 log.error(
                     "unreadable action at %s/%d/%d: %s", msg.topic(), msg.partition(), msg.offset(), exc
                 )
+                _dead_letter(producer, cat, msg, exc, f"adapter.{scheduler}")
                 consumer.commit(message=msg, asynchronous=False)
                 continue
-            if action.scheduler != "slurm" or action.cluster != cluster:
+            if action.scheduler != scheduler or action.cluster != cluster:
                 consumer.commit(message=msg, asynchronous=False)
                 continue
             result = adapter.handle(action)
@@ -93,7 +112,9 @@ def run_adapter(
             )
             producer.produce(cat.action_results.name, codec.dumps(result), key=result.action_id.encode())
             producer.produce(
-                cat.audit.name, codec.dumps(_audit(result, action)), key=action.incident_id.encode()
+                cat.audit.name,
+                codec.dumps(_audit(result, action.mode.value)),
+                key=action.incident_id.encode(),
             )
             if producer.flush(30.0) != 0:
                 raise RuntimeError("could not deliver the action result; not committing the action")
@@ -103,3 +124,42 @@ def run_adapter(
         consumer.close()
         producer.flush(10.0)
     return handled
+
+
+def _dead_letter(
+    producer: ReliableProducer, cat: TopicCatalog, msg: Message, exc: Exception, stage: str
+) -> None:
+    """An action the adapter cannot read goes to the DLQ with its bytes, not only to the log."""
+    from streams.deadletters import dead_letter
+
+    key = msg.key()
+    record = dead_letter(
+        stage,
+        "unreadable_action",
+        str(exc),
+        msg.value() or b"",
+        key.decode("utf-8", "replace") if isinstance(key, bytes) else None,
+        msg.topic(),
+        msg.partition(),
+        msg.offset(),
+    )
+    producer.produce(cat.dlq.name, codec.dumps(record), key=key if isinstance(key, bytes) else None)
+    if producer.flush(30.0) != 0:
+        raise RuntimeError("could not dead-letter an unreadable action; not committing it")
+
+
+def _sweep(adapter: Adapter, cluster: str, producer: ReliableProducer, cat: TopicCatalog) -> None:
+    """Resume expired sickbay drains; each resume is a result and an audit record like any action's."""
+    try:
+        results = adapter.sweep_expired(cluster)
+    except Exception as exc:  # the controller may be away for a moment: the next sweep tries again
+        log.warning("drain expiry sweep failed: %s", exc)
+        return
+    for result in results:
+        log.info("sweep: %s -> %s (%s)", result.action_id, result.status.value, result.detail)
+        producer.produce(cat.action_results.name, codec.dumps(result), key=result.action_id.encode())
+        producer.produce(
+            cat.audit.name, codec.dumps(_audit(result, "sweep")), key=(result.incident_id or "sweep").encode()
+        )
+    if results and producer.flush(30.0) != 0:
+        raise RuntimeError("could not deliver the sweep results")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole local stack for demo and tests: real Kafka (KRaft) + real Slurm, then sickbay's topics.
+# The whole local stack for demo and tests: real Kafka (KRaft) + real Slurm + a real kube-apiserver/etcd
+# (SICKBAY_STACK_KUBE=0 leaves Kubernetes out), then sickbay's topics.
 # Usage: stack.sh up|down|status   (settings: see kafka.sh and slurm.sh; SICKBAY_PYTHON picks the venv)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -11,10 +12,12 @@ case "${1:-}" in
   up)
     bash "$HERE/kafka.sh" up
     bash "$HERE/slurm.sh" up
+    [[ "${SICKBAY_STACK_KUBE:-1}" == 0 ]] || bash "$HERE/kube.sh" up
     "$PY" -m streams.cli.main topics create
     ;;
   down)
     shift || true
+    bash "$HERE/kube.sh" down "$@" || true
     bash "$HERE/slurm.sh" down "$@" || true
     bash "$HERE/kafka.sh" down "$@" || true
     ;;
@@ -22,6 +25,7 @@ case "${1:-}" in
     rc=0
     bash "$HERE/kafka.sh" status || rc=$?
     bash "$HERE/slurm.sh" status || rc=$?
+    [[ "${SICKBAY_STACK_KUBE:-1}" == 0 ]] || bash "$HERE/kube.sh" status || rc=$?
     exit "$rc"
     ;;
   *)

@@ -55,7 +55,7 @@ class Demo:
     env: dict[str, str]
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     mode: str = "act"
-    started_stack: bool = False
+    started: list[str] = field(default_factory=list)  # stack components this run started (and stops)
     job_id: str | None = None
     ranks: dict[str, int] = field(default_factory=dict)
     expected_timeouts: int = 0
@@ -121,8 +121,22 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float, interval
     raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
+DEMO_COMPONENTS = ("kafka", "slurm")  # the demo needs no Kubernetes API server
+
+
 def _stack(*args: str, env: dict[str, str]) -> int:
-    return subprocess.call(["bash", str(REPO_ROOT / "deploy/local/stack.sh"), *args], env=env)
+    return subprocess.call(
+        ["bash", str(REPO_ROOT / "deploy/local/stack.sh"), *args], env={**env, "SICKBAY_STACK_KUBE": "0"}
+    )
+
+
+def _component(name: str, action: str, env: dict[str, str]) -> int:
+    return subprocess.call(
+        ["bash", str(REPO_ROOT / f"deploy/local/{name}.sh"), action],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _kv(line: str) -> dict[str, str]:
@@ -243,7 +257,8 @@ def run_demo(keep: bool = False, mode: str = "act") -> int:
 
 def start_stack(demo: Demo) -> None:
     step("1. local stack: Apache Kafka (KRaft) + Slurm (slurmctld, slurmd x4)")
-    demo.started_stack = _stack("status", env=demo.env) != 0
+    # Only what was not running is ours to stop afterwards: other users of the stack keep theirs.
+    demo.started = [c for c in DEMO_COMPONENTS if _component(c, "status", demo.env) != 0]
     if _stack("up", env=demo.env) != 0:
         raise RuntimeError("the local stack did not start (see the messages above)")
     from connectors.kafka import ensure_topics
@@ -497,5 +512,5 @@ def _cleanup(demo: Demo, keep: bool) -> None:
         info = demo.slurm("scontrol", "show", "node", "-o", FAULT_NODE).stdout if demo.checks else ""
         if "sickbay" in _kv(info).get("Reason", ""):
             demo.slurm("scontrol", "update", f"NodeName={FAULT_NODE}", "State=RESUME")
-        if demo.started_stack:
-            _stack("down", env=demo.env)
+        for component in reversed(demo.started):
+            _component(component, "down", demo.env)

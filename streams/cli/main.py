@@ -10,7 +10,9 @@ from typing import Annotated, Any
 
 import typer
 
-from streams.cli import analytics
+from streams.cli import analytics, collect_sources
+from streams.cli import kubernetes as kubernetes_cli
+from streams.cli import policy as policy_cli
 from streams.cli.errors import fail as _fail
 from streams.cli.sim import app as sim_app
 from streams.settings import REPO_ROOT, Settings
@@ -27,6 +29,10 @@ app.add_typer(sink_app, name="sink")
 app.add_typer(dev_app, name="dev")
 app.add_typer(topics_app, name="topics")
 analytics.mount(app)  # serve, api, report
+policy_cli.mount(app)  # modes, policy
+collect_sources.mount(collect_app)  # slurm, prometheus, loki, nvml
+collect_app.command("kubernetes")(kubernetes_cli.collect_kubernetes)
+adapter_app.command("kubernetes")(kubernetes_cli.adapter_kubernetes)
 app.add_typer(sim_app, name="sim", help="Simulated fleet logs with ground truth (files or Kafka).")
 
 
@@ -109,26 +115,136 @@ def collect_file(
         _fail(f"{left + producer.failed} records were not delivered: {producer.last_error}", 1)
 
 
+@collect_app.command("files")
+def collect_files(
+    paths: Annotated[list[str], typer.Argument(help="files or globs (quote them: 'DIR/*.log')")],
+    follow: Annotated[bool, typer.Option("--follow/--once", help="keep following, or stop when done")] = True,
+    host: Annotated[str | None, typer.Option(help="host of plain lines and the Kafka key")] = None,
+    job: Annotated[str | None, typer.Option(help="job id of plain lines")] = None,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="offsets.json and spool/ (default $SICKBAY_STATE_DIR/collect-files)")
+    ] = None,
+    from_end: Annotated[bool, typer.Option(help="files without a saved offset: skip what is there")] = False,
+    lines_per_record: Annotated[int, typer.Option(min=1, help="plain lines per Kafka record")] = 1,
+    stop_after: Annotated[float | None, typer.Option(help="stop after N seconds")] = None,
+    report_every: Annotated[float, typer.Option(help="coverage report on stderr every N seconds")] = 60.0,
+    report_file: Annotated[Path | None, typer.Option(help="also keep the latest report here")] = None,
+) -> None:
+    """Follow files and globs → raw-logs through rotation and truncation; offsets + spool survive restarts."""
+    import time
+
+    from connectors.kafka import ReliableProducer
+    from connectors.lifecycle import StopFlag
+    from connectors.sources.files import CollectError, FileCollector
+    from connectors.sources.spool import Spool, SpoolError, atomic_write
+    from schemas import codec
+
+    s = Settings()
+    _logging(s)
+    state = state_dir or s.state_dir / "collect-files"
+    try:
+        spool = Spool(state / "spool")
+        producer = ReliableProducer(s.kafka_bootstrap, f"sickbay-collect-{host or 'files'}", spool=spool)
+        collector = FileCollector(
+            producer,
+            s.topics.raw_logs.name,
+            paths,
+            host=host,
+            job_id=job,
+            offsets=state / "offsets.json",
+            from_end=from_end,
+            lines_per_record=lines_per_record,
+        )
+    except (CollectError, SpoolError) as exc:
+        _fail(str(exc))
+    next_report = time.monotonic() + report_every
+
+    def tick() -> None:
+        nonlocal next_report
+        if time.monotonic() >= next_report:
+            next_report = time.monotonic() + report_every
+            rep = codec.dumps(collector.report())
+            logging.getLogger("sickbay.collect").info("coverage %s", rep.decode())
+            if report_file:
+                atomic_write(report_file, rep)
+
+    stop = StopFlag()
+    idle_exit = None if follow else 0.5
+    collector.run(lambda: bool(stop), stop_after_s=stop_after, idle_exit_s=idle_exit, on_tick=tick)
+    left = collector.close()
+    final = codec.dumps(collector.report(final=True))
+    if report_file:
+        atomic_write(report_file, final)
+    typer.echo(f"coverage {final.decode()}", err=True)
+    st = collector.stats
+    typer.echo(
+        f"collected {st.lines} lines in {st.records} records → {s.topics.raw_logs.name}; "
+        f"delivered {producer.delivered}, in spool {spool.depth} (replayed {producer.replayed}), "
+        f"failed {producer.failed}",
+        err=True,
+    )
+    if left:
+        _fail(f"{left} records were neither delivered nor spooled: {producer.last_error}", 1)
+    if not follow and not st.files_opened:
+        _fail(f"no file matched: {', '.join(paths)}")
+
+
+def _slurm_adapter(s: Settings) -> Any:
+    """The Slurm adapter over the executor SICKBAY_SLURM_MODE selects (local, ssh, rest)."""
+    from connectors.actuators.slurm_adapter import SlurmAdapter
+    from connectors.actuators.slurm_modes import SlurmModeError, backend_from_settings, describe
+
+    try:
+        backend = backend_from_settings(s)
+    except SlurmModeError as exc:
+        _fail(f"Slurm adapter settings: {exc}", 2)
+    logging.getLogger("sickbay.adapter").info("slurm executor: %s", describe(s))
+    return SlurmAdapter(backend, retries=s.slurm_retries, backoff_s=s.slurm_retry_backoff_s)
+
+
 @adapter_app.command("slurm")
 def adapter_slurm(
     idle_exit: Annotated[float | None, typer.Option(help="exit after N idle seconds")] = None,
+    sweep_every: Annotated[
+        float | None, typer.Option(help="every N seconds, resume nodes whose sickbay drain expired")
+    ] = None,
 ) -> None:
-    """Execute actions on Slurm with scontrol; publish results and audit records."""
+    """Execute actions on Slurm (local scontrol, SSH or slurmrestd); publish results and audit records."""
     from connectors.actuators.runner import run_adapter
-    from connectors.actuators.slurm_adapter import SlurmAdapter
-    from connectors.actuators.slurm_cli import SlurmCli
 
     s = Settings()
     _logging(s)
     n = run_adapter(
         s.kafka_bootstrap,
         s.topics,
-        SlurmAdapter(SlurmCli(s.slurm_conf)),
+        _slurm_adapter(s),
         s.cluster,
         group_id=f"{s.topic_prefix}-adapter-slurm",
         idle_exit_s=idle_exit,
+        sweep_every_s=sweep_every,
     )
     typer.echo(f"adapter slurm: handled {n} actions", err=True)
+
+
+@adapter_app.command("slurm-sweep")
+def adapter_slurm_sweep(
+    dry_run: Annotated[bool, typer.Option(help="only say which nodes would be resumed")] = False,
+) -> None:
+    """Resume nodes whose sickbay drain expired ('sickbay... expires <time>'); one JSON line per node."""
+    from schemas import codec
+
+    s = Settings()
+    _logging(s)
+    adapter = _slurm_adapter(s)  # outside the try: typer's Exit is a RuntimeError too
+    try:
+        results = adapter.sweep_expired(s.cluster, dry_run=dry_run)
+    except RuntimeError as exc:
+        _fail(str(exc), 1)
+    for result in results:
+        typer.echo(codec.dumps(result).decode())
+    typer.echo(f"adapter slurm-sweep: {len(results)} expired sickbay drain(s)", err=True)
+    if any(r.status.value == "failed" for r in results):
+        raise typer.Exit(1)
 
 
 @sink_app.command("clickhouse")

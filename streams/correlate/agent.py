@@ -191,21 +191,25 @@ class CorrelateStage:
         job_id = key_str(event.key) or "?"
         value = event.value
         now = utcnow()
+        is_tick = isinstance(value, dict) and bool(value.get("tick"))
+        if not is_tick:
+            try:
+                signal = Signal.model_validate(value)
+            except ValidationError as exc:
+                await self.dead_letter("correlate", event, job_id, exc)
+                return
+            if signal.role == Role.PROGRESS:
+                return  # the progress agent's input; nothing here: skip loading the job's state
         raw_topo, raw_win = self.job_topology.get(job_id), self.windows.get(job_id)
         topo = JobTopology.model_validate(raw_topo) if raw_topo else None
         window = IncidentWindow.model_validate(raw_win) if raw_win else None
-        if isinstance(value, dict) and value.get("tick"):
+        if is_tick:
             if window is not None:
                 await self.on_tick(job_id, window, topo, now)
             return
-        try:
-            signal = Signal.model_validate(value)
-        except ValidationError as exc:
-            await self.dead_letter("correlate", event, job_id, exc)
-            return
         if signal.role == Role.TOPOLOGY:
             await self.on_topology(job_id, signal, window, topo, now)
-        elif signal.role != Role.PROGRESS:
+        else:
             updated = add_signal(window, topo, signal, self.cluster, now)
             if updated is not None:
                 updated, incident = decide_now(updated, topo, now, self.timing)

@@ -95,12 +95,31 @@ def apply_topology(
     return topo, out
 
 
+def _before_the_end(window: IncidentWindow, topo: JobTopology | None, signal: Signal) -> bool:
+    """The signal happened in the window's attempt before that attempt ended."""
+    return (
+        topo is not None
+        and topo.ended_at is not None
+        and topo.attempt == window.attempt
+        and signal.event_time <= topo.ended_at
+    )
+
+
 def add_signal(
     window: IncidentWindow | None, topo: JobTopology | None, signal: Signal, cluster: str, now: datetime
 ) -> IncidentWindow | None:
     """Fold one non-topology signal into the job's window (opening one if it initiates)."""
     if window is not None and window.closed:
-        window = None
+        if signal.signal_id in window.seen_ids:
+            # A record redelivered after a crash or rebalance (at-least-once) must not reopen
+            # the incident it already closed under a new id.
+            return window
+        if _before_the_end(window, topo, signal):
+            # Evidence of the ended attempt that lost the race with the scheduler's end line
+            # (another shipper, another partition): a refined revision, not a second incident.
+            window = window.model_copy(update={"closed": False})
+        else:
+            window = None
     if window is None:
         if signal.role not in OPENING_ROLES:
             return None  # a hint or confirmation alone opens nothing
@@ -237,6 +256,8 @@ def decide_now(
     window: IncidentWindow, topo: JobTopology | None, now: datetime, timing: Timing
 ) -> tuple[IncidentWindow, Incident | None]:
     """Emit right away when the verdict is new or changed in what actions depend on."""
+    if window.closed:
+        return window, None
     verdict = attribute(window, topo)
     if verdict is None:
         return window, None

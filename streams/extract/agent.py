@@ -10,6 +10,7 @@ from schemas.signals import Signal
 from streams.deadletters import dead_letter
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize
+from streams.extract.telemetry import parse_metric
 from streams.pipeline import Pipeline, key_str
 
 log = logging.getLogger("sickbay.extract")
@@ -35,6 +36,9 @@ def register(pipe: Pipeline) -> None:
             value: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
             key = key_str(event.key)
             try:
+                if (sample := parse_metric(value, key_host=key)) is not None:  # Vector metric event
+                    await pipe.topics.raw_telemetry.send(key=sample.node.encode(), value=sample)
+                    continue
                 line = normalize(value, key_host=key)
                 signals = extractor.extract(line, utcnow(), Position(msg.topic, msg.partition, msg.offset))
             except BadRecord as exc:

@@ -1,36 +1,69 @@
-"""Turn one raw Kafka record, in whatever shape a log shipper wrote it, into a :class:`LogLine`.
+"""Turn one raw Kafka record, in whatever shape a log shipper wrote it, into :class:`LogLine` s.
 
-Shapes are told apart by their keys, never by topic name (ecosystem.md §1.6):
-``log`` → Fluent Bit, ``message`` → Vector, ``line`` + ``schema_version`` →
-sickbay's own collector, anything not starting with ``{`` → a plain text line
-(rsyslog ``omkafka``). A record that cannot be read raises :class:`BadRecord`
-with a short reason, so the agent can dead-letter it and keep going.
+Shapes are told apart by their keys, never by topic name (ecosystem.md §1.6; the
+full table is docs/collectors.md):
+
+- ``resourceLogs`` → OTLP JSON (OTel Collector / Grafana Alloy ``otelcol.exporter.kafka``
+  with ``encoding = "otlp_json"``), one LogLine per ``logRecord``;
+- ``streams[].values`` → a Loki push body (what Alloy/Promtail send to ``loki.write``);
+- ``log`` (a string) → Fluent Bit;
+- ``lines`` / ``line`` + ``schema_version`` → sickbay's own collector;
+- ``msg`` → rsyslog ``omkafka`` with a JSON template (``%jsonmesg%`` names);
+- ``message`` with ECS objects (``host.name``, ``log.file.path``, ``kubernetes.pod.name``)
+  → Filebeat; ``message`` otherwise → Vector;
+- anything not starting with ``{`` → a plain text line (rsyslog ``omkafka`` text
+  templates, RFC 5424 / RFC 3164 headers read for host and time).
+
+Text fields may still carry CRI container-log prefixes
+(``2024-01-01T00:00:00.123456789Z stdout F <line>``): they are stripped, and a text
+holding several CRI lines is split with partial (``P``) pieces joined to the line that
+ends them (``F``). A record that cannot be read raises :class:`BadRecord` with a
+short reason, so the agent can dead-letter it and keep going.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from schemas import codec
-from schemas.raw import FluentBitRecord, LogLine, SickbayLineRecord, VectorRecord
+from schemas.raw import (
+    FilebeatRecord,
+    FluentBitRecord,
+    LogLine,
+    RsyslogJsonRecord,
+    SickbayLineRecord,
+    SickbayLinesRecord,
+    VectorRecord,
+)
 
 MAX_RECORD_BYTES = 1 << 20
 
 _CRI_PREFIX = re.compile(
-    r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) (stdout|stderr) [FP] "
+    r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) (stdout|stderr) ([FP]) ?"
 )
 _SLURM_OUTPUT = re.compile(r"slurm-(\d+)(?:_\d+)?(?:\.\d+)?\.(?:out|err|log)$")
-_JOB_ID_KEYS = ("job_id", "slurm_job_id", "SLURM_JOB_ID", "jobid")
+# RFC 5424: <PRI>VERSION TIMESTAMP HOSTNAME APP-NAME PROCID MSGID ...
+_RFC5424 = re.compile(r"^<\d{1,3}>\d{1,2} (?P<ts>\S+) (?P<host>\S+) \S+ \S+ \S+ ")
+# RFC 3164 and rsyslog's RSYSLOG_ForwardFormat (<PRI> + RFC 3339 time): <PRI>TIME HOST TAG: ...
+_RFC3164 = re.compile(
+    r"^(?:<\d{1,3}>)?(?:(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))"
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d) "
+    r"(?P<host>[A-Za-z0-9][\w.\-]*) [\w./\-]+(?:\[\d+\])?: "
+)
+_JOB_ID_KEYS = ("job_id", "slurm_job_id", "SLURM_JOB_ID", "jobid", "slurm.job.id", "slurm.job_id")
 _JOB_LABELS = (
     "training.kubeflow.org/job-name",
     "trainer.kubeflow.org/trainjob-name",
     "batch.kubernetes.io/job-name",
     "job-name",
 )
+# Filebeat de-dots label keys by default (``labels.dedot: true``): ``training_kubeflow_org/job-name``.
+_JOB_LABELS_ALL = _JOB_LABELS + tuple(k.replace(".", "_") for k in _JOB_LABELS if "." in k)
 
 
 class BadRecord(ValueError):
@@ -50,11 +83,52 @@ def _epoch_or_datetime(value: float | datetime | None) -> datetime | None:
     return datetime.fromtimestamp(float(value), tz=UTC)
 
 
+def _parse_iso(text: str) -> datetime | None:
+    """RFC 3339 with up to nanoseconds (Python keeps microseconds)."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$", text)
+    if not m:
+        return None
+    frac = f".{m.group(2)[:6]}" if m.group(2) else ""
+    zone = m.group(3) or "Z"
+    try:
+        dt = datetime.fromisoformat(m.group(1) + frac + ("+00:00" if zone == "Z" else zone))
+    except ValueError:
+        return None
+    return dt.astimezone(UTC)
+
+
 def _strip_cri(text: str) -> tuple[str, str | None]:
     m = _CRI_PREFIX.match(text)
     if m:
         return text[m.end() :], m.group(1)
     return text, None
+
+
+def split_cri(text: str) -> list[tuple[str, str | None]]:
+    """``(line, stream)`` pairs of a text. Several lines that all carry a CRI prefix are split,
+    and partial (``P``) pieces are joined to the piece that ends them (``F``); any other text
+    is one line, with a leading CRI prefix stripped."""
+    text = text.rstrip("\r\n")
+    if "\n" not in text or not _CRI_PREFIX.match(text):
+        body, stream = _strip_cri(text)
+        return [(body, stream)]
+    rows = [r for r in text.split("\n") if r.strip()]
+    matches = [_CRI_PREFIX.match(r) for r in rows]
+    if not all(matches):
+        body, stream = _strip_cri(text)  # a multi-line message that merely starts like CRI
+        return [(body, stream)]
+    out: list[tuple[str, str | None]] = []
+    pending: dict[str, list[str]] = {}  # stdout and stderr interleave: join each on its own
+    for row, m in zip(rows, matches, strict=True):
+        if m is None:  # unreachable: all() above
+            continue
+        stream, flag, body = m.group(1), m.group(2), row[m.end() :].rstrip("\r")
+        pending.setdefault(stream, []).append(body)
+        if flag == "F":
+            out.append(("".join(pending.pop(stream)), stream))
+    for stream, parts in pending.items():  # a trailing partial with no end yet: keep it
+        out.append(("".join(parts), stream))
+    return out
 
 
 def job_id_from_path(path: str | None) -> str | None:
@@ -67,62 +141,256 @@ def job_id_from_path(path: str | None) -> str | None:
 
 def _job_id_from_fields(extra: dict[str, Any], labels: dict[str, Any]) -> str | None:
     for key in _JOB_ID_KEYS:
-        if extra.get(key) not in (None, ""):
-            return str(extra[key])
-    for key in _JOB_LABELS:
+        value = extra.get(key)
+        if value not in (None, "") and isinstance(value, (str, int)):
+            return str(value)
+    for key in _JOB_LABELS_ALL:
         if labels.get(key):
             return str(labels[key])
     return None
 
 
-def _from_fluentbit(rec: FluentBitRecord) -> LogLine:
-    text, cri_stream = _strip_cri(rec.log.rstrip("\n"))
+def _lines(text: str, stream: str | None, **meta: Any) -> list[LogLine]:
+    return [LogLine(text=t, stream=stream or s, **meta) for t, s in split_cri(text)]
+
+
+def _from_fluentbit(rec: FluentBitRecord) -> list[LogLine]:
     k8s = rec.kubernetes
     path = rec.filename or rec.file
     extra = rec.model_extra or {}
     labels = k8s.labels if k8s else {}
-    return LogLine(
-        text=text,
+    return _lines(
+        rec.log,
+        rec.stream,
         adapter="fluentbit",
         host=(k8s.host if k8s and k8s.host else None) or rec.hostname or rec.host,
         event_time=_epoch_or_datetime(rec.timestamp if rec.timestamp is not None else rec.time),
         job_id=_job_id_from_fields(extra, labels) or job_id_from_path(path),
         file=path,
-        stream=rec.stream or cri_stream,
         pod=k8s.pod_name if k8s else None,
         namespace=k8s.namespace_name if k8s else None,
         container=k8s.container_name if k8s else None,
     )
 
 
-def _from_vector(rec: VectorRecord) -> LogLine:
-    text, cri_stream = _strip_cri(rec.message.rstrip("\n"))
+def _from_vector(rec: VectorRecord) -> list[LogLine]:
     k8s = rec.kubernetes
     extra = rec.model_extra or {}
     labels = k8s.pod_labels if k8s else {}
-    return LogLine(
-        text=text,
+    return _lines(
+        rec.message,
+        rec.stream,
         adapter="vector",
         host=(k8s.pod_node_name if k8s and k8s.pod_node_name else None) or rec.host,
         event_time=rec.timestamp,
         job_id=_job_id_from_fields(extra, labels) or job_id_from_path(rec.file),
         file=rec.file,
-        stream=rec.stream or cri_stream,
         pod=k8s.pod_name if k8s else None,
         namespace=k8s.pod_namespace if k8s else None,
         container=k8s.container_name if k8s else None,
     )
 
 
-def _from_sickbay(rec: SickbayLineRecord) -> LogLine:
-    return LogLine(
-        text=rec.line.rstrip("\n"),
+def _from_filebeat(rec: FilebeatRecord) -> list[LogLine]:
+    k8s = rec.kubernetes
+    path = rec.log.file.path if rec.log and rec.log.file else None
+    extra = rec.model_extra or {}
+    labels = k8s.labels if k8s else {}
+    node = k8s.node.name if k8s and k8s.node else None
+    container = (k8s.container.name if k8s and k8s.container else None) or (
+        (rec.container.name or rec.container.id) if rec.container else None
+    )
+    return _lines(
+        rec.message,
+        rec.stream,
+        adapter="filebeat",
+        host=node or (rec.host.name if rec.host else None),
+        event_time=rec.timestamp,
+        job_id=_job_id_from_fields(extra, labels) or job_id_from_path(path),
+        file=path,
+        pod=k8s.pod.name if k8s and k8s.pod else None,
+        namespace=k8s.namespace if k8s else None,
+        container=container,
+    )
+
+
+def _from_rsyslog(rec: RsyslogJsonRecord) -> list[LogLine]:
+    extra = rec.model_extra or {}
+    return _lines(
+        rec.msg.lstrip(" "),  # rsyslog's msg property keeps the space after "tag:"
+        None,
+        adapter="rsyslog",
+        host=rec.hostname or rec.fromhost,
+        event_time=rec.timereported or rec.timegenerated,
+        job_id=_job_id_from_fields(extra, {}),
+    )
+
+
+def _from_sickbay(rec: SickbayLineRecord) -> list[LogLine]:
+    return _lines(
+        rec.line,
+        None,
         adapter="sickbay",
         host=rec.host,
         event_time=rec.time,
         job_id=rec.job_id or job_id_from_path(rec.file),
         file=rec.file,
     )
+
+
+def _from_sickbay_batch(rec: SickbayLinesRecord) -> list[LogLine]:
+    meta: dict[str, Any] = {
+        "adapter": "sickbay",
+        "host": rec.host,
+        "event_time": rec.time,
+        "job_id": rec.job_id or job_id_from_path(rec.file),
+        "file": rec.file,
+    }
+    return [ln for text in rec.lines for ln in _lines(text, None, **meta)]
+
+
+# --- OTLP JSON (protobuf JSON mapping: camelCase keys, int64 as strings, AnyValue wrappers) ----------
+
+
+def _any_value(value: Any) -> Any:
+    """Unwrap an OTLP ``AnyValue`` into a plain Python value."""
+    if not isinstance(value, dict):
+        return value
+    for key in ("stringValue", "boolValue", "doubleValue"):
+        if key in value:
+            return value[key]
+    if "intValue" in value:
+        return str(value["intValue"])
+    if "arrayValue" in value:
+        arr = value["arrayValue"]
+        return [_any_value(v) for v in (arr.get("values") or [])] if isinstance(arr, dict) else []
+    if "kvlistValue" in value:
+        kv = value["kvlistValue"]
+        return _attributes(kv.get("values") if isinstance(kv, dict) else None)
+    if "bytesValue" in value:
+        return value["bytesValue"]
+    return None
+
+
+def _attributes(items: Any) -> dict[str, Any]:
+    if not isinstance(items, list):
+        return {}
+    out: dict[str, Any] = {}
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("key"), str):
+            out[item["key"]] = _any_value(item.get("value"))
+    return out
+
+
+def _str(attrs: dict[str, Any], *keys: str) -> str | None:
+    for key in keys:
+        value = attrs.get(key)
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+            return str(value)
+    return None
+
+
+def _nanos(value: Any) -> datetime | None:
+    try:
+        ns = int(value)
+    except (TypeError, ValueError):
+        return None
+    if ns <= 0:
+        return None
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
+
+
+def _otlp_labels(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Pod labels as the k8sattributes processor names them (``k8s.pod.label(s).<key>``)."""
+    labels: dict[str, Any] = {}
+    for key, value in attrs.items():
+        for prefix in ("k8s.pod.label.", "k8s.pod.labels."):
+            if key.startswith(prefix):
+                labels[key[len(prefix) :]] = value
+    return labels
+
+
+def _otlp_records(obj: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    resource_logs = obj.get("resourceLogs")
+    if not isinstance(resource_logs, list):
+        raise BadRecord("invalid_record", "OTLP: resourceLogs is not a list")
+    for rl in resource_logs:
+        if not isinstance(rl, dict):
+            raise BadRecord("invalid_record", "OTLP: a resourceLogs entry is not an object")
+        resource = rl.get("resource")
+        res_attrs = _attributes(resource.get("attributes") if isinstance(resource, dict) else None)
+        scope_logs = rl.get("scopeLogs") or rl.get("instrumentationLibraryLogs") or []
+        if not isinstance(scope_logs, list):
+            raise BadRecord("invalid_record", "OTLP: scopeLogs is not a list")
+        for sl in scope_logs:
+            records = sl.get("logRecords") if isinstance(sl, dict) else None
+            if not isinstance(records, list):
+                raise BadRecord("invalid_record", "OTLP: logRecords is not a list")
+            for lr in records:
+                if not isinstance(lr, dict):
+                    raise BadRecord("invalid_record", "OTLP: a logRecord is not an object")
+                yield res_attrs, lr
+
+
+def _from_otlp(obj: dict[str, Any]) -> list[LogLine]:
+    out: list[LogLine] = []
+    for res, lr in _otlp_records(obj):
+        attrs = _attributes(lr.get("attributes"))
+        both = {**res, **attrs}
+        body = _any_value(lr.get("body"))
+        if body is None:
+            continue  # a record without a body carries no line (e.g. an event with attributes only)
+        text = body if isinstance(body, str) else codec.dumps(body).decode()
+        path = _str(both, "log.file.path", "log.file.name")
+        out.extend(
+            _lines(
+                text,
+                _str(both, "log.iostream"),
+                adapter="otlp",
+                host=_str(res, "k8s.node.name", "host.name") or _str(attrs, "k8s.node.name", "host.name"),
+                event_time=_nanos(lr.get("timeUnixNano")) or _nanos(lr.get("observedTimeUnixNano")),
+                job_id=_job_id_from_fields(both, _otlp_labels(both)) or job_id_from_path(path),
+                file=path,
+                pod=_str(both, "k8s.pod.name"),
+                namespace=_str(both, "k8s.namespace.name"),
+                container=_str(both, "k8s.container.name", "container.name", "container.id"),
+            )
+        )
+    if not out:
+        raise BadRecord("empty", "OTLP record holds no log record with a body")
+    return out
+
+
+def _from_loki(obj: dict[str, Any]) -> list[LogLine]:
+    """Loki push API JSON: ``{"streams":[{"stream":{labels},"values":[["<ns>","<line>"], ...]}]}``.
+    Loki's ``job`` label is the scrape job, never a batch job: it is not read as one."""
+    out: list[LogLine] = []
+    for entry in obj["streams"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("values"), list):
+            raise BadRecord("invalid_record", "Loki push: a stream has no values list")
+        stream_labels = entry.get("stream")
+        labels: dict[str, Any] = stream_labels if isinstance(stream_labels, dict) else {}
+        path = _str(labels, "filename", "file")
+        for value in entry["values"]:
+            if not (isinstance(value, list) and len(value) >= 2 and isinstance(value[1], str)):
+                raise BadRecord("invalid_record", "Loki push: a value is not [timestamp, line]")
+            out.extend(
+                _lines(
+                    value[1],
+                    _str(labels, "stream"),
+                    adapter="loki",
+                    host=_str(labels, "node_name", "nodename", "host", "hostname", "instance"),
+                    event_time=_nanos(value[0]),
+                    job_id=_job_id_from_fields(labels, labels) or job_id_from_path(path),
+                    file=path,
+                    pod=_str(labels, "pod"),
+                    namespace=_str(labels, "namespace"),
+                    container=_str(labels, "container"),
+                )
+            )
+    if not out:
+        raise BadRecord("empty", "Loki push body holds no line")
+    return out
 
 
 def _validate(model: type[BaseModel], obj: dict[str, Any]) -> Any:
@@ -132,38 +400,93 @@ def _validate(model: type[BaseModel], obj: dict[str, Any]) -> Any:
         raise BadRecord("invalid_record", f"{model.__name__}: {exc.errors()[0]['msg']}") from exc
 
 
-def normalize(value: bytes, key_host: str | None = None) -> LogLine:
-    """Read one record; ``key_host`` (the Kafka key) is the host of last resort."""
+def _from_plain(value: bytes) -> list[LogLine]:
+    if b"\x00" in value:
+        raise BadRecord("binary", "record contains NUL bytes: not a text line")
+    # A kernel or job log may carry stray bytes; keep the line, mark them.
+    text = value.decode("utf-8", errors="replace").rstrip("\r\n")
+    out: list[LogLine] = []
+    for body, stream in split_cri(text):
+        host, when = _syslog_header(body)
+        out.append(LogLine(text=body, adapter="plain", host=host, event_time=when, stream=stream))
+    return out
+
+
+def _syslog_header(text: str) -> tuple[str | None, datetime | None]:
+    """Host (and time, when it has a year) from an RFC 5424 or RFC 3164 header; the text is kept
+    whole so rules and the extractor still see the tag (``kernel:``, ``slurmctld[..]:``)."""
+    if not text.startswith("<") and not text[:3].isalpha():
+        return None, None
+    m = _RFC5424.match(text)
+    if m:
+        host = m.group("host")
+        return (None if host == "-" else host), _parse_iso(m.group("ts"))
+    m = _RFC3164.match(text)
+    if m:
+        iso = m.group("iso")
+        return m.group("host"), _parse_iso(iso) if iso else None
+    return None, None
+
+
+def normalize_all(value: bytes, key_host: str | None = None) -> list[LogLine]:
+    """Read one record into its lines (one for most shapes; OTLP, Loki push, sickbay batches and
+    CRI blobs carry several). ``key_host`` (the Kafka key) is the host of last resort."""
     if not value or not value.strip():
         raise BadRecord("empty", "record has no content")
     if len(value) > MAX_RECORD_BYTES:
         raise BadRecord("too_large", f"{len(value)} bytes > {MAX_RECORD_BYTES}")
-    head = value.lstrip()[:1]
-    if head == b"{":
+    if value.lstrip()[:1] == b"{":
         try:
             obj = codec.loads(value)
         except codec.JSONDecodeError as exc:
             raise BadRecord("invalid_json", str(exc)) from exc
         if not isinstance(obj, dict):
             raise BadRecord("unknown_shape", "JSON value is not an object")
-        line = _from_json(obj)
+        lines = _from_json(obj)
     else:
-        if b"\x00" in value:
-            raise BadRecord("binary", "record contains NUL bytes: not a text line")
-        # A kernel or job log may carry stray bytes; keep the line, mark them.
-        text = value.decode("utf-8", errors="replace").rstrip("\r\n")
-        line = LogLine(text=text, adapter="plain")
-    if line.host is None and key_host:
-        line = line.model_copy(update={"host": key_host})
-    return line
+        lines = _from_plain(value)
+    if key_host:
+        lines = [ln if ln.host is not None else ln.model_copy(update={"host": key_host}) for ln in lines]
+    return lines
 
 
-def _from_json(obj: dict[str, Any]) -> LogLine:
+def normalize(value: bytes, key_host: str | None = None) -> LogLine:
+    """Read a record that carries one line. A record with several lines raises
+    ``BadRecord("multi_line_record")`` rather than dropping any: read those with :func:`normalize_all`."""
+    lines = normalize_all(value, key_host)
+    if len(lines) != 1:
+        raise BadRecord("multi_line_record", f"record carries {len(lines)} lines: read it with normalize_all")
+    return lines[0]
+
+
+def _is_ecs(obj: dict[str, Any]) -> bool:
+    k8s = obj.get("kubernetes")
+    return (
+        isinstance(obj.get("host"), dict)
+        or isinstance(obj.get("ecs"), dict)
+        or isinstance(obj.get("agent"), dict)
+        or isinstance(obj.get("log"), dict)
+        or isinstance(obj.get("container"), dict)
+        or (isinstance(k8s, dict) and isinstance(k8s.get("pod"), dict))
+    )
+
+
+def _from_json(obj: dict[str, Any]) -> list[LogLine]:
+    if "resourceLogs" in obj:
+        return _from_otlp(obj)
+    if isinstance(obj.get("streams"), list):
+        return _from_loki(obj)
     if isinstance(obj.get("log"), str):
         return _from_fluentbit(_validate(FluentBitRecord, obj))
+    if "schema_version" in obj and isinstance(obj.get("lines"), list):
+        return _from_sickbay_batch(_validate(SickbayLinesRecord, obj))
     if isinstance(obj.get("line"), str) and "schema_version" in obj:
         return _from_sickbay(_validate(SickbayLineRecord, obj))
+    if isinstance(obj.get("msg"), str) and not isinstance(obj.get("message"), str):
+        return _from_rsyslog(_validate(RsyslogJsonRecord, obj))
     if isinstance(obj.get("message"), str):
+        if _is_ecs(obj):
+            return _from_filebeat(_validate(FilebeatRecord, obj))
         return _from_vector(_validate(VectorRecord, obj))
     keys = ", ".join(sorted(obj)[:8])
-    raise BadRecord("unknown_shape", f"no log/message/line field (keys: {keys})")
+    raise BadRecord("unknown_shape", f"no log/message/msg/line/resourceLogs field (keys: {keys})")

@@ -6,13 +6,13 @@ import asyncio
 import base64
 import uuid
 from collections import defaultdict
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from unittest.mock import AsyncMock
 
 import pytest
 
 from schemas import codec
-from schemas.actions import Action, ActionKind
+from schemas.actions import Action, ActionKind, Mode
 from schemas.deadletter import DeadLetter
 from schemas.incidents import Category, Incident
 from schemas.signals import JobNodeAssignment, Signal
@@ -44,6 +44,8 @@ async def pipe(tmp_path):
         "actions",
         "audit",
         "dlq",
+        "topology_jobs",
+        "isolation_requests",
     ):
         topic = getattr(pipeline.topics, field)
 
@@ -147,17 +149,25 @@ async def test_decide_proposes_each_action_once_across_revisions(pipe: Pipeline)
         for sig in [alloc, xid]:
             await agent.put(_as_dict(sig), key=b"42")
     [(_, incident)] = pipe.sent["incidents"]
-    incident = incident.model_copy(update={"first_signal_time": T0.replace(year=2999)})  # not stale
+    now = datetime.now(UTC)
+    incident = incident.model_copy(update={"first_signal_time": now, "opened_at": now})  # fresh, not stale
     async with pipe.agents["decide"].test_context() as agent:
         await agent.put(_as_dict(incident), key=b"42")
         await agent.put(_as_dict(incident.model_copy(update={"revision": 2})), key=b"42")
+    # The restart goes out at once; the drain is a request to the per-cluster isolation gate.
+    [(key, request)] = pipe.sent["isolation_requests"]
+    assert (key, request.node, request.mode) == (incident.cluster.encode(), "gpu-03", Mode.OBSERVE)
+    async with pipe.agents["isolation-gate"].test_context() as agent:
+        await agent.put(_as_dict(request), key=key)
     actions = [a for _, a in pipe.sent["actions"]]
     assert all(isinstance(a, Action) for a in actions)
     assert [(a.kind, a.dry_run) for a in actions] == [
-        (ActionKind.DRAIN_NODE, True),
         (ActionKind.REQUEUE_JOB, True),
+        (ActionKind.DRAIN_NODE, True),
     ]
-    assert [r.event for _, r in pipe.sent["audit"]] == ["action.proposed", "action.proposed"]
+    assert actions[0].exclude_nodes == ["gpu-03"]
+    events = [r.event for _, r in pipe.sent["audit"]]
+    assert events == ["action.proposed", "decision", "decision", "action.proposed"]
 
 
 def test_signal_models_round_trip_through_the_faust_codec():

@@ -97,9 +97,9 @@ def test_drain_sets_sickbays_reason_and_a_second_delivery_is_converged(cli):
     assert [c.argv[:2] for c in again.commands] == [["scontrol", "show"]]  # observed, did not act
 
 
-def test_drain_of_an_unknown_node_fails_with_slurms_message(cli):
+def test_drain_of_an_unknown_node_is_rejected_with_slurms_message(cli):
     result = SlurmAdapter(cli).handle(_action(ActionKind.DRAIN_NODE, dry_run=False, node="gpu-99"))
-    assert result.status == ActionStatus.FAILED
+    assert result.status == ActionStatus.REJECTED
     assert "gpu-99 not found" in result.detail
 
 
@@ -120,9 +120,9 @@ def test_requeue_excluding_a_node_holds_excludes_and_releases_then_is_converged(
     assert adapter.handle(action).status == ActionStatus.CONVERGED
 
 
-def test_requeue_of_an_unknown_job_fails_clearly(cli):
+def test_requeue_of_an_unknown_job_is_rejected_clearly(cli):
     result = SlurmAdapter(cli).handle(_action(ActionKind.REQUEUE_JOB, dry_run=False, job_id="999999"))
-    assert result.status == ActionStatus.FAILED
+    assert result.status == ActionStatus.REJECTED
     assert "job 999999 not found" in result.detail
 
 

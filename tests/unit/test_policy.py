@@ -42,10 +42,10 @@ def test_act_mode_actions_are_not_dry_runs_and_keys_are_stable_across_revisions(
     assert [a.idempotency_key for a in a1] == [a.idempotency_key for a in a2]
 
 
-def test_blast_radius_cap_holds_back_isolation():
+def test_blast_radius_cap_holds_back_isolation_but_still_restarts_the_job_without_exclusions():
     inc = _incident().model_copy(update={"isolate": ["gpu-01", "gpu-02", "gpu-03"]})
     actions, notes = advise(inc, PolicyConfig(max_isolate=2), NOW)
-    assert actions == []
+    assert [(a.kind, a.exclude_nodes) for a in actions] == [(ActionKind.REQUEUE_JOB, [])]
     assert "blast radius" in notes[0]
 
 
@@ -56,7 +56,8 @@ def test_application_faults_isolate_nothing():
     inc = _incident(raw)
     assert inc.category == Category.APPLICATION
     actions, _ = advise(inc, PolicyConfig(mode=Mode.ACT), NOW)
-    assert actions == []
+    assert all(a.kind != ActionKind.DRAIN_NODE for a in actions)
+    assert [a.kind for a in actions] == ([ActionKind.REQUEUE_JOB] if inc.restartable else [])
 
 
 def test_stale_incidents_are_never_acted_on():
@@ -65,10 +66,10 @@ def test_stale_incidents_are_never_acted_on():
     assert notes[0].startswith("stale")
 
 
-def test_low_confidence_isolates_nothing():
+def test_low_confidence_isolates_nothing_and_restarts_in_place():
     inc = _incident().model_copy(update={"confidence": 0.5})
     actions, notes = advise(inc, PolicyConfig(mode=Mode.ACT), NOW)
-    assert actions == []
+    assert [(a.kind, a.exclude_nodes) for a in actions] == [(ActionKind.REQUEUE_JOB, [])]
     assert "confidence" in notes[0]
 
 

@@ -1,0 +1,518 @@
+"""``make bench-stream``: one Faust worker process, end to end on the local broker.
+
+In one run, on one fresh set of topics (``bench<time>.*``):
+
+(a) **events/s end to end.** ``raw.logs`` is pre-loaded with a realistic simulator mix before
+    the worker starts: Slurm allocation lines for ``--jobs`` concurrent jobs spread over
+    ``--nodes`` nodes, healthy background traffic of those jobs (launcher banners, NCCL INFO,
+    iteration lines, checkpoints, kernel noise: ``simulator.background_records``) and
+    ``--faults`` fault scenarios (``simulator.generate``, the scoreboard's profile) mixed in.
+    The clock runs from the worker's "Ready" to the moment its consumer group has committed
+    every offset of ``raw.logs`` and of the topics the stages feed each other
+    (``signals.node``, ``topology.node``, ``signals.job``, ``incidents``): everything read was
+    processed and every incident it caused was decided on.
+(b) **raw consume rate.** A bare confluent-kafka consumer reads the same ``raw.logs`` from the
+    start (batches of 1,000, values touched, nothing parsed): the ceiling (a) is compared with.
+(c) **incident latency at a sustained rate.** With the worker still running and its state
+    loaded, more background traffic and ``--latency-faults`` new fault scenarios are produced
+    paced at ``--rate`` events/s for ``--seconds``; for each fault, the time from sending its
+    decisive record to seeing its job's first incident with the right category.
+(d) **RSS** of the worker process (VmRSS, and the peak VmHWM) after (c), holding the state of
+    ``--nodes`` nodes and ``--jobs`` jobs (node → jobs, job topology, incident windows).
+
+The last line printed is one JSON object: ``events_per_s``, ``raw_consume_per_s``, ``ratio``
+(a / b), ``latency_p50_s``, ``latency_p99_s``, ``rss_mb`` (plus a few context fields). A row
+goes to benchmarks/RESULTS.md with the machine and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from benchmarks.machine import append_row, describe, today
+from connectors.sources.simulator import SCENARIOS, SimOptions, background_records, generate
+from connectors.sources.simulator.output import iter_records
+from connectors.sources.simulator.shippers import Shipping
+from schemas import codec
+from streams.settings import REPO_ROOT, Settings
+
+SECTION = "Streaming worker (`make bench-stream`)"
+HEADER = (
+    "| date | machine | records (a) | end-to-end events/s (a) | events per worker CPU-s (a) "
+    "| raw consume/s (b) | ratio | paced rate (c) "
+    "| achieved | latency p50 s | latency p99 s | faults seen (c) | RSS MB (peak) | state | notes |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+# The scoreboard's profile: jobs of 2-4 nodes, a few minutes of training before the fault.
+FAULT_OPTIONS = SimOptions(
+    telemetry_every_s=0.0, max_nodes=4, pre_fault_min_s=60.0, pre_fault_max_s=120.0, k8s_share=0.0
+)
+# Faults whose verdict is a decisive line (timer-driven verdicts would measure the timers).
+FAULT_TYPES = [
+    "xid79_fallen_off_bus",
+    "xid48_ecc_dbe",
+    "xid95_uncontained_ecc",
+    "nvlink_xid74",
+    "app_cuda_oom",
+    "app_shape_mismatch",
+    "infra_enospc_checkpoint",
+]
+NODES_PER_JOB = 10
+
+
+@dataclass
+class Fault:
+    job_id: str
+    category: str
+    records: list[tuple[bytes, bytes, bool]]  # key, value, decisive
+
+
+@dataclass
+class Mix:
+    records: list[tuple[bytes, bytes]] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+
+
+def _alloc_line(job: str, nodes: str, at: datetime) -> bytes:
+    ts = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}"
+    return f"[{ts}] sched: Allocate JobId={job} NodeList={nodes} #CPUs=80 Partition=gpu".encode()
+
+
+def fleet_jobs(jobs: int, nodes: int) -> list[tuple[str, list[str]]]:
+    per = max(1, nodes // jobs)
+    return [(str(900_000 + j), [f"bn{(j * per + k) % nodes:05d}" for k in range(per)]) for j in range(jobs)]
+
+
+def build_mix(
+    fleet: list[tuple[str, list[str]]],
+    t0: datetime,
+    seconds: float,
+    faults: int,
+    fault_base: int,
+    allocate: bool,
+) -> Mix:
+    """Background traffic of every fleet job over ``seconds`` plus ``faults`` fault scenarios,
+    interleaved the way many shippers' records meet on one topic."""
+    mix = Mix()
+    if allocate:
+        for job, nodes in fleet:
+            first, last = nodes[0], nodes[-1]
+            hl = f"bn[{first[2:]}-{last[2:]}]" if len(nodes) > 1 else first
+            mix.records.append((b"slurmctl01", _alloc_line(job, hl, t0)))
+    streams: list[list[tuple[bytes, bytes]]] = []
+    for i, (job, nodes) in enumerate(fleet):
+        healthy = background_records(fault_base + i, nodes, job, seconds, t0=t0 + timedelta(seconds=1))
+        streams.append([(nodes[i % len(nodes)].encode(), v) for v in healthy])
+    for k in range(faults):
+        name = FAULT_TYPES[k % len(FAULT_TYPES)]
+        index = fault_base + k
+        sc = generate(
+            name,
+            index,
+            t0=t0 - timedelta(minutes=3),
+            options=FAULT_OPTIONS,
+            node_base=100_000 + index * 8 * 3 * SCENARIOS[name].node_sets,
+            job_number=500_000 + index,
+        )
+        recs = [(r.key, r.value, r.decisive) for r in iter_records(sc.events, Shipping(index))]
+        mix.faults.append(Fault(sc.truth.job_id, sc.truth.category.value, recs))
+        streams.append([(key, value) for key, value, _ in recs])
+    # round-robin across the per-job streams (each stays in its own order)
+    longest = max((len(s) for s in streams), default=0)
+    for n in range(longest):
+        for s in streams:
+            if n < len(s):
+                mix.records.append(s[n])
+    return mix
+
+
+# -- the worker ------------------------------------------------------------------------------------
+
+
+# The worker as `sickbay worker` runs it, plus Faust setting overrides for A/B runs (--faust).
+WORKER = """
+import json, sys
+from streams.app import create_app
+from streams.pipeline import build
+from streams.settings import Settings
+settings = Settings()
+app = create_app(settings, **json.loads(sys.argv[1]))
+build(app, settings)
+sys.argv = ["sickbay-worker", "worker", "-l", "info", "--without-web"]
+app.main()
+"""
+
+
+class Worker:
+    def __init__(self, env: dict[str, str], log: Path, overrides: dict[str, Any]) -> None:
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, json.dumps(overrides)],
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def wait_ready(self, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if "Worker]: Ready" in self.log.read_text(errors="replace"):
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        raise RuntimeError("worker not ready")
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the worker has used (robust to other load on the box)."""
+        stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mb(self) -> tuple[float, float]:
+        fields: dict[str, float] = {}
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                fields[name] = int(value.split()[0]) / 1024
+        return fields.get("VmRSS", 0.0), fields.get("VmHWM", 0.0)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+# -- Kafka helpers -------------------------------------------------------------------------------------
+
+
+def _producer(bootstrap: str) -> Any:
+    from confluent_kafka import Producer
+
+    from connectors.kafka import producer_config
+
+    conf = producer_config(bootstrap, "bench-stream", linger_ms=50)
+    conf.update({"queue.buffering.max.messages": 1_000_000, "batch.size": 1_000_000})
+    return Producer(conf)
+
+
+def produce_all(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    p = _producer(bootstrap)
+    for key, value in records:
+        while True:
+            try:
+                p.produce(topic, value, key)
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    if p.flush(120) != 0:
+        raise RuntimeError("raw.logs pre-load was not fully delivered")
+
+
+def _end_offsets(bootstrap: str, topics: list[str], partitions: int) -> dict[tuple[str, int], int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks"})
+    out = {}
+    for t in topics:
+        for p in range(partitions):
+            out[(t, p)] = c.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
+    c.close()
+    return out
+
+
+def wait_caught_up(bootstrap: str, group: str, topics: list[str], partitions: int, timeout_s: float) -> float:
+    """Poll the group's committed offsets until every partition of ``topics`` is at its end (and
+    the ends stopped growing); return the time.monotonic() when that was first seen."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ends = _end_offsets(bootstrap, topics, partitions)
+            committed = c.committed([TopicPartition(t, p) for t, p in ends], timeout=10)
+            done = all(
+                tp.offset >= ends[(tp.topic, tp.partition)]
+                for tp in committed
+                if ends[(tp.topic, tp.partition)]
+            )
+            if done:
+                seen = time.monotonic()
+                time.sleep(1.5)  # nothing new downstream?
+                if _end_offsets(bootstrap, topics, partitions) == ends:
+                    return seen
+            time.sleep(0.25)
+    finally:
+        c.close()
+    raise RuntimeError(f"the worker did not catch up within {timeout_s:.0f}s")
+
+
+def raw_consume_rate(bootstrap: str, topic: str, expected: int) -> float:
+    from confluent_kafka import Consumer
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-raw-{time.time_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+        }
+    )
+    c.subscribe([topic])
+    n, size = 0, 0
+    t0: float | None = None
+    t_last = 0.0
+    deadline = time.monotonic() + 300
+    while n < expected and time.monotonic() < deadline:
+        batch = c.consume(1000, 1.0)
+        if batch and t0 is None:
+            t0 = time.monotonic()  # from the first batch: the group join is not reading
+        for m in batch:
+            if m.error() is None:
+                n += 1
+                size += len(m.value() or b"")
+        t_last = time.monotonic()
+    elapsed = t_last - (t0 or t_last)
+    c.close()
+    return n / elapsed if elapsed > 0 else 0.0
+
+
+class IncidentReader(threading.Thread):
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-inc-{time.time_ns()}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        self.consumer.subscribe([topic])
+        self.first: dict[tuple[str, str], float] = {}  # (job, category) -> wall time first seen
+        self.count = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            for m in self.consumer.consume(500, 0.1):
+                value = m.value()
+                if m.error() is not None or value is None:
+                    continue
+                now = time.time()
+                inc = codec.loads(value)
+                self.count += 1
+                self.first.setdefault((str(inc.get("job_id")), str(inc.get("category"))), now)
+        self.consumer.close()
+
+
+def paced(bootstrap: str, topic: str, mix: Mix, rate: float) -> tuple[dict[str, float], float]:
+    """Produce ``mix`` at ``rate`` records/s; return each fault's decisive send time and the rate achieved."""
+    decisive: dict[tuple[bytes, bytes], str] = {}
+    for f in mix.faults:
+        for k, v, d in f.records:
+            if d:
+                decisive.setdefault((k, v), f.job_id)
+    p = _producer(bootstrap)
+    p2: dict[str, float] = {}
+    step = 0.01
+    per_step = max(1, int(rate * step))
+    t0 = time.monotonic()
+    recs = mix.records
+    for i in range(0, len(recs), per_step):
+        target = t0 + (i / per_step) * step
+        while (now := time.monotonic()) < target:
+            p.poll(min(0.002, target - now))
+        for key, value in recs[i : i + per_step]:
+            while True:
+                try:
+                    p.produce(topic, value, key)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            job = decisive.get((key, value))
+            if job is not None:
+                p2.setdefault(job, time.time())
+        p.poll(0)
+    elapsed = time.monotonic() - t0
+    p.flush(60)
+    return p2, len(recs) / elapsed if elapsed > 0 else 0.0
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def main() -> int:  # noqa: PLR0915 - one run, phases in order
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=1000, help="concurrent jobs of state")
+    parser.add_argument("--nodes", type=int, default=10_000, help="nodes of state")
+    parser.add_argument("--background-s", type=float, default=240, help="seconds of background per job (a)")
+    parser.add_argument("--faults", type=int, default=70, help="fault scenarios in the pre-load (a)")
+    parser.add_argument("--rate", type=float, default=10_000, help="paced events/s for (c)")
+    parser.add_argument("--seconds", type=float, default=20, help="duration of (c)")
+    parser.add_argument("--latency-faults", type=int, default=35, help="fault scenarios in (c)")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    parser.add_argument(
+        "--faust", action="append", default=[], metavar="KEY=JSON", help="Faust setting override (A/B runs)"
+    )
+    parser.add_argument("--note", default="", help="free text for the RESULTS.md row")
+    args = parser.parse_args()
+
+    from connectors.kafka import ensure_topics, wait_for_broker
+
+    base = Settings()
+    bootstrap = base.kafka_bootstrap
+    try:
+        wait_for_broker(bootstrap, 20)
+    except Exception as exc:
+        print(f"no Kafka at {bootstrap} ({exc}); start it with `make dev-up`", file=sys.stderr)
+        return 2
+    run = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+    prefix = f"bench{run}"
+    settings = Settings(topic_prefix=prefix, app_id=prefix, partitions=args.partitions)
+    cat = settings.topics
+    ensure_topics(bootstrap, cat.all())
+
+    t_gen = time.monotonic()
+    fleet = fleet_jobs(args.jobs, args.nodes)
+    now = datetime.now(UTC)
+    pre = build_mix(
+        fleet, now - timedelta(seconds=args.background_s + 60), args.background_s, args.faults, 0, True
+    )
+    per_s_jobs = max(1, args.jobs)
+    live_seconds = max(1.0, args.rate * args.seconds / per_s_jobs / 0.33)  # ~0.33 records/s per job
+    live = build_mix(fleet, now, live_seconds, args.latency_faults, 10_000, False)
+    target = int(args.rate * args.seconds)
+    if len(live.records) > target:  # keep every fault record, thin the background to the budget
+        fault_recs = {(k, v) for f in live.faults for k, v, _ in f.records}
+        keep = target - len(fault_recs)
+        out: list[tuple[bytes, bytes]] = []
+        for r in live.records:
+            if r in fault_recs:
+                out.append(r)
+            elif keep > 0:
+                out.append(r)
+                keep -= 1
+        live.records = out
+    print(
+        f"generated {len(pre.records)} pre-load records ({len(pre.faults)} faults) and "
+        f"{len(live.records)} paced records ({len(live.faults)} faults) in {time.monotonic() - t_gen:.1f}s",
+        file=sys.stderr,
+    )
+    produce_all(bootstrap, cat.raw_logs.name, pre.records)
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    env = {
+        **os.environ,
+        "SICKBAY_TOPIC_PREFIX": prefix,
+        "SICKBAY_APP_ID": prefix,
+        "SICKBAY_PARTITIONS": str(args.partitions),
+        "SICKBAY_STATE_DIR": str(workdir),
+        "SICKBAY_MODE": "observe",
+    }
+    # (b) first: the same bytes, a bare consumer, nothing else running
+    raw_rate = raw_consume_rate(bootstrap, cat.raw_logs.name, len(pre.records))
+    print(f"(b) raw confluent-kafka consume: {raw_rate:,.0f} records/s", file=sys.stderr)
+
+    overrides = {k: json.loads(v) for k, _, v in (o.partition("=") for o in args.faust)}
+    worker = Worker(env, workdir / "worker.log", overrides)
+    reader = IncidentReader(bootstrap, cat.incidents.name)
+    try:
+        worker.wait_ready()
+        t_ready, cpu_ready = time.monotonic(), worker.cpu_s()
+        reader.start()
+        stages = [
+            cat.raw_logs.name,
+            cat.signals_node.name,
+            cat.topology_node.name,
+            cat.signals_job.name,
+            cat.incidents.name,
+        ]
+        t_done = wait_caught_up(bootstrap, prefix, stages, args.partitions, 1800)
+        cpu_a = worker.cpu_s() - cpu_ready
+        e2e = len(pre.records) / (t_done - t_ready)
+        seen_a = sum(1 for f in pre.faults if any(j == f.job_id for j, _ in reader.first))
+        print(
+            f"(a) end to end: {len(pre.records)} records in {t_done - t_ready:.1f}s = {e2e:,.0f} events/s; "
+            f"{seen_a}/{len(pre.faults)} fault jobs got an incident; worker CPU {cpu_a:.1f}s = "
+            f"{len(pre.records) / cpu_a:,.0f} events per CPU-second",
+            file=sys.stderr,
+        )
+        # (c) paced
+        sent_at, achieved = paced(bootstrap, cat.raw_logs.name, live, args.rate)
+        wait_caught_up(bootstrap, prefix, stages, args.partitions, 600)
+        time.sleep(2)
+        latencies = []
+        for f in live.faults:
+            seen = reader.first.get((f.job_id, f.category))
+            if seen is not None and f.job_id in sent_at:
+                latencies.append(max(0.0, seen - sent_at[f.job_id]))
+        rss, hwm = worker.rss_mb()
+        print(
+            f"(c) paced at {args.rate:,.0f}/s (achieved {achieved:,.0f}/s): "
+            f"{len(latencies)}/{len(live.faults)} faults with the right incident; "
+            f"(d) RSS {rss:.0f} MB (peak {hwm:.0f} MB)",
+            file=sys.stderr,
+        )
+    finally:
+        reader.stopping.set()
+        worker.stop()
+    p50, p99 = _pct(latencies, 0.5), _pct(latencies, 0.99)
+    result = {
+        "events_per_s": round(e2e),
+        "raw_consume_per_s": round(raw_rate),
+        "ratio": round(e2e / raw_rate, 4) if raw_rate else None,
+        "latency_p50_s": round(p50, 3) if p50 is not None else None,
+        "latency_p99_s": round(p99, 3) if p99 is not None else None,
+        "rss_mb": round(rss),
+        "rss_peak_mb": round(hwm),
+        "events_per_cpu_s": round(len(pre.records) / cpu_a),
+        "records": len(pre.records),
+        "paced_rate": args.rate,
+        "paced_achieved": round(achieved),
+        "latency_faults_seen": f"{len(latencies)}/{len(live.faults)}",
+        "state": f"{args.nodes} nodes, {args.jobs} jobs",
+    }
+    if not args.no_record:
+        append_row(
+            SECTION,
+            HEADER,
+            f"| {today()} | {describe()} | {len(pre.records):,} | {e2e:,.0f} | "
+            f"{result['events_per_cpu_s']:,} | {raw_rate:,.0f} | "
+            f"{result['ratio']} | {args.rate:,.0f} | {achieved:,.0f} | {result['latency_p50_s']} | "
+            f"{result['latency_p99_s']} | {result['latency_faults_seen']} | {rss:.0f} ({hwm:.0f}) | "
+            f"{result['state']} | {args.note} |",
+        )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

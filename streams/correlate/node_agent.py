@@ -1,0 +1,124 @@
+"""Faust agent ``gpu_health`` (keyed by node): slow GPUs and degrading nodes.
+
+It reads GPU telemetry (``raw.telemetry``) and node facts (``signals.node``, beside the route
+agent), both keyed by node, and keeps two tables keyed by node:
+
+- ``gpu-pace``: each GPU's recent SM clock and throttle reasons
+  (:mod:`streams.correlate.straggler`). A GPU that stays slower than its peers becomes a
+  root-candidate node fact on ``signals.node``; the route step hands it to the jobs the node
+  served at that time and the correlate agent makes the incident (one attribution engine,
+  deterministic ids), or, when no job claims it, a ``node:<name>`` incident.
+- ``node-health``: the decaying degradation score (:mod:`streams.correlate.node_health`).
+  Snapshots go to ``health.nodes``; a score below the threshold publishes a pre-emptive
+  ``degrading`` incident (``job_id`` ``node:<name>``, ``kind`` degrading) straight to
+  ``incidents``, since no job failed and there is nothing to correlate yet.
+
+Everything here is driven by arriving evidence (event time), so it needs no timer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from schemas import codec
+from schemas.base import utcnow
+from schemas.signals import Signal
+from schemas.telemetry import GpuTelemetry
+from schemas.topics import TABLE_GPU_PACE, TABLE_NODE_HEALTH
+from streams.correlate import node_health, straggler
+from streams.deadletters import dead_letter_event
+from streams.pipeline import Pipeline, key_str
+
+log = logging.getLogger("sickbay.gpu_health")
+
+
+class NodeStage:
+    def __init__(self, pipe: Pipeline) -> None:
+        s = pipe.settings
+        self.t = pipe.topics
+        self.cluster = s.cluster
+        self.strag_cfg = straggler.StragglerConfig(
+            threshold=s.straggler_threshold,
+            sustain_s=s.straggler_sustain_s,
+            min_samples=s.straggler_min_samples,
+            throttled_threshold=s.straggler_throttled_threshold,
+        )
+        self.health_cfg = node_health.HealthConfig(
+            threshold=s.node_health_threshold, half_life_s=s.node_health_half_life_s
+        )
+        self.pace = pipe.app.Table(TABLE_GPU_PACE, default=None, partitions=s.partitions)
+        self.health = pipe.app.Table(TABLE_NODE_HEALTH, default=None, partitions=s.partitions)
+
+    async def on_event(self, event: Any) -> None:
+        node = key_str(event.key) or "_unknown"
+        value = event.value
+        try:
+            if isinstance(value, dict) and "signal_id" in value:
+                item: Signal | GpuTelemetry = Signal.model_validate(value)
+            else:
+                item = GpuTelemetry.model_validate(value)
+        except ValidationError as exc:
+            await dead_letter_event(self.t.dlq, "gpu_health", event, node, exc)
+            return
+        if isinstance(item, GpuTelemetry):
+            await self.on_telemetry(node, item)
+            if not node_health.telemetry_relevant(item):
+                return
+            new = node_health.observe_telemetry(self.health_state(node), item, self.health_cfg)
+        else:
+            if node_health.signal_kind(item) is None:
+                return  # not degradation evidence (this includes our own straggler signals)
+            new = node_health.observe_signal(self.health_state(node), item, self.health_cfg)
+        if new is not None:
+            await self.on_health(node, new)
+
+    def health_state(self, node: str) -> node_health.NodeHealthState | None:
+        raw = self.health.get(node)
+        return node_health.NodeHealthState.model_validate(raw) if raw else None
+
+    async def on_telemetry(self, node: str, sample: GpuTelemetry) -> None:
+        if not any(k in sample.metrics for k in straggler.PACE_METRICS):
+            return
+        raw = self.pace.get(node)
+        board = straggler.PaceBoard.model_validate(raw) if raw else None
+        board = straggler.observe_telemetry(board, sample)
+        found = None
+        if straggler.SM_CLOCK in sample.metrics:
+            entry = str(sample.gpu) if sample.gpu is not None else (sample.uuid or sample.pci_bus_id or "?")
+            board, found = straggler.evaluate(board, entry, self.strag_cfg)
+        self.pace[node] = codec.loads(codec.dumps(board))
+        if found is not None:
+            # a node fact without a job: the route step decides which jobs it concerns
+            signal = straggler.gpu_straggler_signal(found, utcnow())
+            await self.t.signals_node.send(key=node.encode(), value=signal)
+            log.info("straggler: %s", signal.summary)
+
+    async def on_health(self, node: str, state: node_health.NodeHealthState) -> None:
+        state, incident = node_health.evaluate(state, self.cluster, utcnow(), self.health_cfg)
+        if incident is not None:
+            await self.t.incidents.send(key=incident.job_id.encode(), value=incident)
+            log.info("node health: %s", incident.root_cause.summary)
+        if node_health.snapshot_due(state, self.health_cfg):
+            await self.t.health_nodes.send(key=node.encode(), value=node_health.snapshot(state, self.cluster))
+            state = node_health.mark_published(state)
+        self.health[node] = codec.loads(codec.dumps(state))
+
+
+def register(pipe: Pipeline) -> None:
+    app = pipe.app
+    stage = NodeStage(pipe)
+    pipe.tables.update({"gpu_pace": stage.pace, "node_health": stage.health})
+
+    @app.agent(pipe.topics.gpu_inbox, name="gpu_health", concurrency=1)
+    async def gpu_health(stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                await stage.on_event(event)
+            except Exception as exc:  # one bad event must not stop the stream
+                log.exception("gpu_health failed")
+                await dead_letter_event(pipe.topics.dlq, "gpu_health", event, key_str(event.key) or "", exc)
+
+    pipe.agents.update({"gpu_health": gpu_health, "node_stage": stage})

@@ -1,0 +1,187 @@
+"""Faust agent ``progress`` (keyed by job) and the ``hang_watch`` timer.
+
+The agent reads every job signal (``signals.job``, beside the correlate agent) and keeps,
+per job, the progress state of :mod:`streams.correlate.progress` and the per-rank pace of
+:mod:`streams.correlate.straggler` in the ``job-progress`` table. Its findings (a hang, a
+slow rank) go back onto ``signals.job`` as root-candidate signals with deterministic ids,
+so the one attribution engine in the correlate agent builds the incident, next to whatever
+else the job's window holds (NCCL watchdog timeouts, a late Xid).
+
+Faust tables change only inside a stream, so the ``hang_watch`` timer reads the table, and
+for each job whose silence is due sends a tick on ``control.progress-ticks``, which this
+agent reads; the tick re-checks the job and reports.
+
+The detector's clock: ``wall`` (production) compares silence against the wall clock and
+stamps progress with max(event time, processing time), so a backlog never looks like a hang;
+``event`` (replays faster than real time) runs each job on its own event clock: the newest event
+time of any of its signals, advanced by the wall clock since (a global watermark would mix jobs
+that a replay keeps minutes apart).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas import codec
+from schemas.base import utcnow
+from schemas.signals import Role, Signal
+from schemas.topics import TABLE_JOB_PROGRESS
+from streams.correlate import progress, straggler
+from streams.deadletters import dead_letter_event
+from streams.pipeline import Pipeline, key_str
+
+log = logging.getLogger("sickbay.progress")
+
+
+class JobWatch(BaseModel):
+    """The ``job-progress`` table's value: hang state plus per-rank pace."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    progress: progress.JobProgress
+    pace: straggler.PaceBoard | None = None
+    stragglers: list[str] = Field(default_factory=list)  # signal ids already sent
+
+
+class DetectorClock:
+    """``now`` and a signal's stamp on the configured clock (see the module docstring)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def now(self, state: progress.JobProgress) -> datetime:
+        wall = utcnow()
+        return state.event_now(wall) if self.mode == "event" else wall
+
+    def stamp(self, signal: Signal) -> datetime:
+        if self.mode == "event":
+            return signal.event_time
+        return max(signal.event_time, signal.observed_time)
+
+
+class ProgressStage:
+    def __init__(self, pipe: Pipeline) -> None:
+        s = pipe.settings
+        self.t = pipe.topics
+        self.hang_cfg = progress.HangConfig(multiple=s.hang_multiple, floor_s=s.hang_floor_s)
+        self.strag_cfg = straggler.StragglerConfig(
+            threshold=s.straggler_threshold,
+            sustain_s=s.straggler_sustain_s,
+            min_samples=s.straggler_min_samples,
+            throttled_threshold=s.straggler_throttled_threshold,
+        )
+        self.clock = DetectorClock(s.detector_clock)
+        self.table = pipe.app.Table(TABLE_JOB_PROGRESS, default=None, partitions=s.partitions)
+
+    async def on_event(self, event: Any) -> None:
+        job_id = key_str(event.key) or "?"
+        value = event.value
+        raw = self.table.get(job_id)
+        watch = JobWatch.model_validate(raw) if raw else None
+        if isinstance(value, dict) and value.get("tick"):
+            if watch is not None:
+                await self.on_tick(job_id, watch)
+            return
+        if not self.relevant(watch, value):
+            return  # most of signals.job: skip before validating (the correlate agent reads it too)
+        try:
+            signal = Signal.model_validate(value)
+        except ValidationError as exc:
+            await dead_letter_event(self.t.dlq, "progress", event, job_id, exc)
+            return
+        new = self.fold(watch, signal)
+        if new is not None:
+            new = await self.check_rank_pace(new, signal)
+            self.table[job_id] = codec.loads(codec.dumps(new))
+
+    @staticmethod
+    def relevant(watch: JobWatch | None, value: Any) -> bool:
+        """Whether a record can change the job's progress state (unreadable ones are, so they
+        reach the dead-letter path)."""
+        role = value.get("role") if isinstance(value, dict) else None
+        if role in (Role.HINT.value, Role.CONFIRMATION.value):
+            return False
+        return watch is not None or role in (None, Role.PROGRESS.value, Role.TOPOLOGY.value)
+
+    def fold(self, watch: JobWatch | None, signal: Signal) -> JobWatch | None:
+        state = progress.observe(
+            watch.progress if watch else None, signal, self.clock.stamp(signal), utcnow()
+        )
+        if state is None:
+            return None
+        if watch is None:
+            return JobWatch(progress=state)
+        if state.attempt != watch.progress.attempt:
+            return JobWatch(progress=state)  # a new attempt: ranks start over
+        return watch.model_copy(update={"progress": state})
+
+    async def check_rank_pace(self, watch: JobWatch, signal: Signal) -> JobWatch:
+        """Per-rank timings (aidot per-rank events and the like) → a slow-rank signal."""
+        if signal.role != Role.PROGRESS or signal.rank is None:
+            return watch
+        timing = straggler.step_timing(signal)
+        if timing is None:
+            return watch
+        value, higher = timing
+        board = straggler.observe_step(
+            watch.pace, watch.progress.job_id, signal.rank, signal.node, value, signal.event_time, higher
+        )
+        board, found = straggler.evaluate(board, str(signal.rank), self.strag_cfg)
+        watch = watch.model_copy(update={"pace": board})
+        if found is not None:
+            out = straggler.rank_straggler_signal(found, utcnow())
+            if out.signal_id not in watch.stragglers:
+                await self.t.signals_job.send(key=watch.progress.job_id.encode(), value=out)
+                watch = watch.model_copy(update={"stragglers": [*watch.stragglers, out.signal_id][-16:]})
+        return watch
+
+    async def on_tick(self, job_id: str, watch: JobWatch) -> None:
+        finding = progress.check(watch.progress, self.clock.now(watch.progress), self.hang_cfg)
+        if finding is None:
+            return
+        signal = progress.hang_signal(finding, utcnow())
+        await self.t.signals_job.send(key=job_id.encode(), value=signal)
+        log.info("hang: job %s %s", job_id, signal.summary)
+        watch = watch.model_copy(update={"progress": progress.mark_reported(watch.progress, finding)})
+        self.table[job_id] = codec.loads(codec.dumps(watch))
+
+    async def send_ticks(self) -> None:
+        """Timer body (reads only): a tick for each job whose silence is due."""
+        for job_id, raw in list(self.table.items()):
+            if not raw:
+                continue
+            try:
+                state = progress.JobProgress.model_validate(raw["progress"])
+            except (ValidationError, KeyError, TypeError):
+                continue
+            due = progress.due_at(state, self.hang_cfg)
+            now = self.clock.now(state)
+            if due is not None and now >= due:
+                await self.t.ticks_progress.send(
+                    key=(key_str(job_id) or "?").encode(), value={"tick": True, "at": now}
+                )
+
+
+def register(pipe: Pipeline) -> None:
+    app = pipe.app
+    stage = ProgressStage(pipe)
+    pipe.tables["job_progress"] = stage.table
+
+    @app.agent(pipe.topics.progress_inbox, name="progress", concurrency=1)
+    async def progress_agent(stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                await stage.on_event(event)
+            except Exception as exc:  # one bad event must not stop the stream
+                log.exception("progress failed")
+                await dead_letter_event(pipe.topics.dlq, "progress", event, key_str(event.key) or "", exc)
+
+    @app.timer(interval=pipe.settings.hang_check_interval_s, name="hang_watch")  # type: ignore[untyped-decorator]
+    async def hang_watch() -> None:
+        await stage.send_ticks()
+
+    pipe.agents.update({"progress": progress_agent, "hang_watch": hang_watch, "progress_stage": stage})

@@ -1,0 +1,225 @@
+"""The hang/straggler/node-health agents, in-process with ``test_context`` (no broker)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+from unittest.mock import AsyncMock
+
+import pytest
+
+from schemas import codec
+from schemas.incidents import Category, Incident, IncidentKind
+from schemas.signals import Role, Signal
+from schemas.telemetry import GpuTelemetry
+from streams.app import create_app
+from streams.correlate import progress, straggler
+from streams.pipeline import Pipeline, build
+from streams.settings import Settings
+from tests.factories import T0, kernel_xid
+
+SENT_TOPICS = (
+    "signals_node",
+    "signals_job",
+    "ticks_progress",
+    "raw_telemetry",
+    "health_nodes",
+    "incidents",
+    "dlq",
+    "topology_node",
+    "ticks_node",
+    "ticks_job",
+    "actions",
+    "audit",
+)
+
+
+@pytest.fixture
+async def pipe(tmp_path):
+    run = uuid.uuid4().hex[:8]
+    settings = Settings(
+        app_id=f"test-{run}",
+        topic_prefix=f"t{run}",
+        partitions=1,
+        state_dir=tmp_path,
+        detector_clock="event",
+        straggler_sustain_s=120.0,
+    )
+    app = create_app(settings, store="memory://")
+    pipeline = build(app, settings)
+    app.loop = asyncio.get_running_loop()
+    app.finalize()
+    app.flow_control.resume()
+    sent: dict[str, list[tuple[bytes, Any]]] = defaultdict(list)
+    for name in SENT_TOPICS:
+        topic = getattr(pipeline.topics, name)
+
+        async def record(key=None, value=None, _name=name, **_kw):
+            sent[_name].append((key, value))
+
+        topic.send = AsyncMock(side_effect=record)
+    pipeline.sent = sent  # type: ignore[attr-defined]
+    return pipeline
+
+
+def _d(value: Any) -> Any:
+    return codec.loads(codec.dumps(value))
+
+
+def _progress(job: str, step: int, at_s: float, rank: int | None = None) -> Signal:
+    return Signal(
+        signal_id=f"{job}-{step}-{rank}",
+        rule="progress.megatron_iteration",
+        role=Role.PROGRESS,
+        summary="iteration",
+        event_time=T0 + timedelta(seconds=at_s),
+        observed_time=T0 + timedelta(seconds=at_s),
+        node="gpu-01",
+        job_id=job,
+        rank=rank,
+        attrs={"step": step, "total": 100_000},
+        text=f"iteration {step}/100000 |",
+    )
+
+
+def _sample(gpu: int, at_s: float, **metrics: float) -> GpuTelemetry:
+    return GpuTelemetry(
+        time=T0 + timedelta(seconds=at_s),
+        node="gpu-02",
+        gpu=gpu,
+        pci_bus_id=f"00000000:{gpu + 10:02X}:00.0",
+        source="dcgm-exporter",
+        metrics=metrics,
+    )
+
+
+async def test_extract_routes_vector_metric_events_to_raw_telemetry_and_refuses_bad_ones(pipe: Pipeline):
+    good = codec.dumps(
+        {
+            "name": "DCGM_FI_DEV_SM_CLOCK",
+            "tags": {"gpu": "1", "Hostname": "gpu-02", "UUID": "GPU-1", "hpc_job": "42"},
+            "timestamp": "2026-11-29T03:00:00Z",
+            "kind": "absolute",
+            "gauge": {"value": 1410.0},
+        }
+    )
+    histogram = codec.dumps(
+        {
+            "name": "x",
+            "tags": {"gpu": "1"},
+            "timestamp": "2026-11-29T03:00:00Z",
+            "kind": "absolute",
+            "histogram": {},
+        }
+    )
+    async with pipe.agents["extract"].test_context() as agent:
+        await agent.put(good, key=b"gpu-02")
+        await agent.put(histogram, key=b"gpu-02")
+        await agent.put(kernel_xid("gpu-03", 79, T0), key=b"gpu-03")  # logs still flow
+    [(key, sample)] = pipe.sent["raw_telemetry"]
+    assert key == b"gpu-02" and isinstance(sample, GpuTelemetry)
+    assert sample.metrics == {"DCGM_FI_DEV_SM_CLOCK": 1410.0} and sample.job_id == "42"
+    [(_, letter)] = pipe.sent["dlq"]
+    assert letter.reason == "unsupported_metric"
+    assert [s.rule for _, s in pipe.sent["signals_node"]] == ["gpu.xid"]
+
+
+async def test_progress_agent_reports_a_silent_job_once_as_a_hang_signal_on_its_job(pipe: Pipeline):
+    stage = pipe.agents["progress_stage"]
+    async with pipe.agents["progress"].test_context() as agent:
+        for i in range(6):
+            await agent.put(_d(_progress("42", (i + 1) * 10, i * 60.0)), key=b"42")
+        # the job's clock moves 30 minutes on (NCCL watchdog timeouts), with no progress since
+        timeout = _progress("42", 0, 1800.0, rank=3).model_copy(
+            update={"signal_id": "wd", "rule": "nccl.watchdog_timeout", "role": Role.CASCADE, "attrs": {}}
+        )
+        await agent.put(_d(timeout), key=b"42")
+        await agent.put(_d(_progress("43", 10, 1800.0)), key=b"43")  # another job: its own clock
+        await stage.send_ticks()
+        ticks = [k for k, _ in pipe.sent["ticks_progress"]]
+        assert ticks == [b"42"]  # job 43 has just started
+        await agent.put({"tick": True}, key=b"42")
+        await agent.put({"tick": True}, key=b"42")  # a second tick reports nothing new
+    [(key, hang)] = pipe.sent["signals_job"]
+    assert key == b"42" and isinstance(hang, Signal)
+    assert hang.rule == progress.HANG_RULE and hang.role == Role.ROOT_CANDIDATE and hang.job_id == "42"
+    assert hang.category == Category.UNKNOWN and hang.attrs["step"] == 60
+    assert hang.attrs["nccl_timeouts"] == 1 and "NCCL watchdog" in hang.summary
+
+
+async def test_progress_agent_does_not_tick_a_job_that_keeps_progressing(pipe: Pipeline):
+    stage = pipe.agents["progress_stage"]
+    async with pipe.agents["progress"].test_context() as agent:
+        for i in range(6):
+            await agent.put(_d(_progress("42", (i + 1) * 10, i * 60.0)), key=b"42")
+        await stage.send_ticks()
+    assert pipe.sent["ticks_progress"] == []
+    assert pipe.sent["signals_job"] == []
+
+
+async def test_progress_agent_dead_letters_a_malformed_signal_and_keeps_going(pipe: Pipeline):
+    async with pipe.agents["progress"].test_context() as agent:
+        await agent.put({"signal_id": "x", "rule": "progress.megatron_iteration"}, key=b"42")
+        await agent.put(_d(_progress("42", 10, 0.0)), key=b"42")
+    [(_, letter)] = pipe.sent["dlq"]
+    assert letter.stage == "progress" and letter.reason == "invalid_record"
+    assert pipe.tables["job_progress"].get("42") is not None
+
+
+async def test_gpu_health_agent_reports_a_thermally_throttled_gpu_once_as_a_node_fact(pipe: Pipeline):
+    async with pipe.agents["gpu_health"].test_context() as agent:
+        for minute in range(12):
+            for gpu in range(4):
+                hot = gpu == 1 and minute >= 3
+                await agent.put(
+                    _d(_sample(gpu, minute * 60.0, DCGM_FI_DEV_CLOCK_THROTTLE_REASONS=64.0 if hot else 0.0)),
+                    key=b"gpu-02",
+                )
+                await agent.put(
+                    _d(_sample(gpu, minute * 60.0, DCGM_FI_DEV_SM_CLOCK=1150.0 if hot else 1980.0)),
+                    key=b"gpu-02",
+                )
+    [(key, signal)] = pipe.sent["signals_node"]
+    assert key == b"gpu-02" and signal.rule == straggler.STRAGGLER_GPU_RULE
+    assert (signal.node, signal.gpu, signal.category) == ("gpu-02", "00000000:0B:00.0", Category.HARDWARE_GPU)
+    assert signal.decisive and signal.isolation == "gpu" and signal.job_id is None
+    assert pipe.sent["dlq"] == []
+
+
+async def test_gpu_health_agent_opens_a_degrading_incident_and_publishes_snapshots(pipe: Pipeline):
+    remap_failure = Signal(
+        signal_id="xid64",
+        rule="gpu.xid",
+        role=Role.ROOT_CANDIDATE,
+        category=Category.HARDWARE_GPU,
+        summary="Xid 64",
+        event_time=T0,
+        observed_time=T0,
+        node="gpu-05",
+        gpu="0000:3b:00",
+        attrs={"code": 64},
+        text="NVRM: Xid (PCI:0000:3b:00): 64, ...",
+    )
+    async with pipe.agents["gpu_health"].test_context() as agent:
+        await agent.put(_d(remap_failure), key=b"gpu-05")
+        await agent.put(_d(remap_failure.model_copy(update={"signal_id": "xid64b"})), key=b"gpu-05")
+    incidents = [v for _, v in pipe.sent["incidents"]]
+    assert len(incidents) == 1
+    inc = incidents[0]
+    assert isinstance(inc, Incident) and inc.kind == IncidentKind.DEGRADING
+    assert inc.job_id == "node:gpu-05" and inc.culprit is not None and inc.culprit.gpu == "0000:3b:00"
+    snapshots = [v for _, v in pipe.sent["health_nodes"]]
+    assert snapshots and snapshots[0].node == "gpu-05" and snapshots[0].degrading
+    assert snapshots[-1].score < snapshots[0].score
+
+
+async def test_gpu_health_agent_dead_letters_unreadable_telemetry(pipe: Pipeline):
+    async with pipe.agents["gpu_health"].test_context() as agent:
+        await agent.put({"time": "yesterday", "node": "gpu-02"}, key=b"gpu-02")
+        await agent.put(_d(_sample(0, 0.0, DCGM_FI_DEV_SM_CLOCK=1980.0)), key=b"gpu-02")
+    [(_, letter)] = pipe.sent["dlq"]
+    assert letter.stage == "gpu_health"
+    assert pipe.tables["gpu_pace"].get("gpu-02") is not None

@@ -1,0 +1,210 @@
+"""Scale-out under faults: a 3-broker KRaft cluster (replication factor 3, min.insync.replicas 2)
+and two Faust workers in one group. While a simulator mix streams in, one broker is killed and
+then one worker is killed with ``kill -9``. Every fault still ends in exactly one incident of the
+right category (none lost, none split in two), no incident revision is published twice, and
+every action is proposed once per idempotency key.
+
+The cluster is deploy/local/kafka-cluster.sh (it must be a cluster this test may stop a broker
+of), started here and stopped at the end unless it was already running.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
+from confluent_kafka import Consumer
+
+from benchmarks.bench_scale import (
+    KafkaCluster,
+    MixScenario,
+    WorkerProc,
+    assigned,
+    mix,
+    produce,
+    wait_split,
+    worker_env,
+)
+from connectors.kafka import ReliableProducer, admin, consumer_config, ensure_topics
+from schemas import codec
+from schemas.actions import Action
+from schemas.incidents import Incident, IncidentKind
+from schemas.topics import TopicCatalog
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+REPLICATION = 3
+STOPPED_BROKER = 1  # the first bootstrap address: clients must fail over from it too
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[KafkaCluster, str]]:
+    c = KafkaCluster()
+    try:
+        bootstrap = c.up()
+    except RuntimeError as exc:
+        pytest.fail(f"no 3-broker Kafka cluster for the scale-out test: {exc}")
+    yield c, bootstrap
+    if not c.was_running:
+        c.down()
+    else:
+        c.start_broker(STOPPED_BROKER)  # leave it as we found it
+
+
+class Collector:
+    """Reads incidents and actions from the start of their topics."""
+
+    def __init__(self, bootstrap: str, topics: list[str], group: str) -> None:
+        self.consumer = Consumer(consumer_config(bootstrap, group, "it-scale-out"))
+        self.consumer.subscribe(topics)
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+        self.last = time.monotonic()
+
+    def drain(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            msg = self.consumer.poll(0.2)
+            value = msg.value() if msg is not None and msg.error() is None else None
+            if msg is not None and value is not None:
+                self.seen.append((msg.topic() or "", codec.loads(value)))
+                self.last = time.monotonic()
+
+    def settle(self, quiet_s: float, max_s: float) -> None:
+        start = self.last = time.monotonic()
+        while time.monotonic() - start < max_s:
+            self.drain(1.0)
+            if time.monotonic() - self.last >= quiet_s:
+                return
+
+    def of(self, suffix: str) -> list[dict[str, Any]]:
+        return [v for t, v in self.seen if t.endswith(suffix)]
+
+
+def _story(s: MixScenario, got: list[Incident], a_parts: set[int] | None) -> str:
+    """What happened to one job's incidents, for a failure message."""
+    part = (murmur2(s.truth.job_id.encode()) & 0x7FFFFFFF) % PARTITIONS
+    lines = [
+        f"job {s.truth.job_id} ({s.truth.scenario_type}), partition {part}, worker A owned {a_parts}:",
+        *(
+            f"  {i.incident_id} rev {i.revision} attempt {i.attempt} {i.status.value} {i.category.value} "
+            f"root {i.root_cause.rule} opened {i.opened_at:%H:%M:%S.%f} updated {i.updated_at:%H:%M:%S.%f}"
+            for i in got
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def test_topics_are_created_with_three_replicas_and_a_majority_min_isr(cluster):
+    _, bootstrap = cluster
+    prefix = f"rf{uuid.uuid4().hex[:8]}"
+    cat = TopicCatalog(prefix=prefix, partitions=PARTITIONS, app_id=prefix)
+    ensure_topics(bootstrap, cat.all(), REPLICATION)
+    client = admin(bootstrap)
+    meta = client.list_topics(timeout=10).topics
+    for spec in cat.all():
+        parts = meta[spec.name].partitions
+        assert len(parts) == spec.partitions
+        assert {len(p.replicas) for p in parts.values()} == {REPLICATION}, spec.name
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+
+    res = ConfigResource("topic", cat.raw_logs.name)
+    configs = client.describe_configs([res])[res].result(timeout=10)
+    assert configs["min.insync.replicas"].value == "2"
+
+
+def test_broker_loss_and_worker_kill9_lose_and_duplicate_no_incident(cluster, tmp_path):
+    kc, bootstrap = cluster
+    prefix = f"so{uuid.uuid4().hex[:8]}"
+    cat = TopicCatalog(prefix=prefix, partitions=PARTITIONS, app_id=prefix)
+    ensure_topics(bootstrap, cat.all(), REPLICATION)
+    # The root grace must outlast a failover (session timeout + table recovery): while the dead
+    # worker's partitions wait for their new owner, the other partitions' lines (the job's end on
+    # slurmctld's host) run ahead, and a shorter grace would close the incident before its root.
+    env = {**worker_env(bootstrap, prefix, PARTITIONS, REPLICATION), "SICKBAY_ROOT_GRACE_S": "30"}
+    scenarios = mix(18, 7100, datetime.now(UTC) - timedelta(minutes=20))
+    first, second = scenarios[:6], scenarios[6:]
+    producer = ReliableProducer(bootstrap, "it-scale-out", linger_ms=5)
+    out = Collector(bootstrap, [cat.incidents.name, cat.actions.name], f"it-so-{prefix}")
+    a = WorkerProc("a", env, tmp_path)
+    b = WorkerProc("b", env, tmp_path)
+    broker_stopped = False
+    a_parts: set[int] | None = None
+    try:
+        a.wait_ready()
+        b.wait_ready()
+        wait_split([a, b], cat.signals_job.name, PARTITIONS, 120)
+        produce(producer, cat.raw_logs.name, [r for s in first for r in s.records])
+        out.drain(5)
+
+        # one broker of three dies: RF 3 / min ISR 2 keeps every partition writable
+        kc.stop_broker(STOPPED_BROKER, kill=True)
+        broker_stopped = True
+        stream = [r for s in second for r in s.records]
+        half = len(stream) // 2
+        for i in range(0, half, 40):
+            produce(producer, cat.raw_logs.name, stream[i : min(i + 40, half)])
+            out.drain(0.3)
+        # worker A dies mid-stream with kill -9; B takes its partitions and recovers its tables
+        a_parts = assigned(a.text(), cat.signals_job.name)
+        b_log_at_kill = len(b.text())
+        a.kill(signal.SIGKILL)
+        for i in range(half, len(stream), 40):
+            produce(producer, cat.raw_logs.name, stream[i : i + 40])
+            out.drain(0.3)
+        wait_split([b], cat.signals_job.name, PARTITIONS, 120)
+        assert "Setting newly assigned" in b.text()[b_log_at_kill:]
+        out.settle(quiet_s=35, max_s=300)
+    finally:
+        a.kill(signal.SIGKILL)
+        b.kill(signal.SIGTERM)
+        out.consumer.close()
+        if broker_stopped:
+            kc.start_broker(STOPPED_BROKER)
+    logs = f"A (owned {a_parts}):\n{a.text()[-2000:]}\nB:\n{b.text()[-2000:]}"
+
+    incidents = [Incident.model_validate(v) for v in out.of(".incidents")]
+    actions = [Action.model_validate(v) for v in out.of(".actions")]
+    by_job: dict[str, list[Incident]] = defaultdict(list)
+    for inc in incidents:
+        by_job[inc.job_id].append(inc)
+
+    # none lost, none split: every fault is one incident id, of its true category
+    for s in scenarios:
+        got = by_job.get(s.truth.job_id, [])
+        assert got, f"no incident for job {s.truth.job_id} ({s.truth.scenario_type})\n{logs}"
+        assert len({i.incident_id for i in got}) == 1, _story(s, got, a_parts)
+        latest = max(got, key=lambda i: i.revision)
+        assert latest.category == s.truth.category, (s.truth.scenario_type, latest.category)
+    # beside them only the node-health detector's pre-emptive incidents (row remaps), one id per node
+    jobs = {s.truth.job_id for s in scenarios}
+    others = [i for i in incidents if i.job_id not in jobs]
+    assert {(i.job_id, i.kind) for i in others} <= {(j, IncidentKind.DEGRADING) for j, _ in by_job.items()}, [
+        (i.job_id, i.kind.value, i.root_cause.rule) for i in others
+    ]
+    for job in {i.job_id for i in others}:
+        assert len({i.incident_id for i in by_job[job]}) == 1, [
+            (i.incident_id, i.revision) for i in by_job[job]
+        ]
+
+    # no revision published twice, none missing
+    copies = Counter((i.incident_id, i.revision) for i in incidents)
+    assert [k for k, n in copies.items() if n > 1] == [], "duplicated incident revisions"
+    for job, incs in by_job.items():
+        revisions = sorted(i.revision for i in incs)
+        assert revisions == list(range(1, len(revisions) + 1)), (job, revisions)
+
+    # actions: one per idempotency key; every hardware fault got one
+    keys = Counter(act.idempotency_key for act in actions)
+    assert [k for k, n in keys.items() if n > 1] == [], "an action was proposed twice"
+    hardware = [s for s in scenarios if s.truth.actions]
+    assert hardware
+    missing = [s.truth.job_id for s in hardware if not any(act.job_id == s.truth.job_id for act in actions)]
+    assert missing == [], f"hardware faults without an action: {missing}"
