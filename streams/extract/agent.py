@@ -9,7 +9,7 @@ from schemas.base import utcnow
 from schemas.signals import Signal
 from streams.deadletters import dead_letter
 from streams.extract.extractor import Extractor, Position
-from streams.extract.normalize import BadRecord, normalize
+from streams.extract.normalize import BadRecord, normalize_all
 from streams.extract.telemetry import parse_metric
 from streams.pipeline import Pipeline, key_str
 
@@ -39,8 +39,15 @@ def register(pipe: Pipeline) -> None:
                 if (sample := parse_metric(value, key_host=key)) is not None:  # Vector metric event
                     await pipe.topics.raw_telemetry.send(key=sample.node.encode(), value=sample)
                     continue
-                line = normalize(value, key_host=key)
-                signals = extractor.extract(line, utcnow(), Position(msg.topic, msg.partition, msg.offset))
+                lines = normalize_all(value, key_host=key)
+                now = utcnow()
+                signals = [
+                    sig
+                    for i, line in enumerate(lines)
+                    for sig in extractor.extract(
+                        line, now, Position(msg.topic, msg.partition, msg.offset, index=i)
+                    )
+                ]
             except BadRecord as exc:
                 await pipe.topics.dlq.send(
                     key=b"extract",

@@ -34,12 +34,14 @@ class Position:
     offset: int | None = None
     file: str | None = None
     line: int | None = None
+    index: int = 0  # which line of a record that carries several (OTLP, Loki push, batches)
 
     def token(self) -> str | None:
+        suffix = f"#{self.index}" if self.index else ""
         if self.topic is not None and self.offset is not None:
-            return f"{self.topic}/{self.partition}/{self.offset}"
+            return f"{self.topic}/{self.partition}/{self.offset}{suffix}"
         if self.file is not None and self.line is not None:
-            return f"{self.file}:{self.line}"
+            return f"{self.file}:{self.line}{suffix}"
         return None
 
 

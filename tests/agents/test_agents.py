@@ -73,6 +73,34 @@ async def test_extract_sends_node_facts_to_signals_node_and_job_facts_to_signals
     assert pipe.sent["dlq"] == []
 
 
+async def test_extract_reads_every_line_of_a_multi_line_record_with_distinct_signal_ids(pipe: Pipeline):
+    def attr(k: str, v: str) -> dict[str, object]:
+        return {"key": k, "value": {"stringValue": v}}
+
+    xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."
+    otlp = {
+        "resourceLogs": [
+            {
+                "resource": {"attributes": [attr("host.name", "gpu-03")]},
+                "scopeLogs": [
+                    {
+                        "logRecords": [
+                            {"timeUnixNano": "1764410400000000000", "body": {"stringValue": xid}},
+                            {"timeUnixNano": "1764410401000000000", "body": {"stringValue": xid}},
+                        ]
+                    }
+                ],
+            }
+        ]
+    }
+    async with pipe.agents["extract"].test_context() as agent:
+        await agent.put(codec.dumps(otlp), key=b"gpu-03")
+    sigs = [sig for _, sig in pipe.sent["signals_node"]]
+    assert [s.rule for s in sigs] == ["gpu.xid", "gpu.xid"]
+    assert len({s.signal_id for s in sigs}) == 2  # one record, two lines: two facts, not one deduplicated
+    assert pipe.sent["dlq"] == []
+
+
 async def test_extract_dead_letters_bad_records_with_reason_and_original_bytes_and_keeps_going(
     pipe: Pipeline,
 ):
