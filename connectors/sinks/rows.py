@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -22,8 +22,8 @@ from schemas import codec
 from schemas.actions import Action, ActionResult, ModeChange
 from schemas.audit import AuditRecord
 from schemas.deadletter import DeadLetter
-from schemas.incidents import Incident
-from schemas.signals import JobNodeAssignment, Signal
+from schemas.incidents import Category, Incident
+from schemas.signals import JobNodeAssignment, Role, Signal
 
 INSERT_FORMAT = "JSONCompactEachRow"
 INSERT_SETTINGS = {
@@ -93,6 +93,108 @@ def signal_row(s: Signal) -> list[Any]:
         src.topic or "",
         src.partition,
         src.offset,
+    ]
+
+
+class RowError(ValueError):
+    """A record the sink cannot store as a row (its reason is the dead letter's error)."""
+
+
+_ROLES = frozenset(r.value for r in Role)
+_CATEGORIES = frozenset(c.value for c in Category)
+_ISOLATIONS = frozenset({"none", "gpu", "node", "link"})
+_SOURCE_KINDS = frozenset({"kernel", "training", "scheduler", "telemetry", "other"})
+SKIP = None  # what a fast row builder returns for a record the sink deliberately does not store
+
+
+def _text(d: dict[str, Any], key: str, limit: int = 65536) -> str:
+    v = d[key]
+    if type(v) is not str or len(v) > limit:
+        raise RowError(f"{key}: expected a string of at most {limit} characters")
+    return v
+
+
+def _opt_text(d: dict[str, Any], key: str) -> str:
+    v = d.get(key)
+    if v is None:
+        return ""
+    if type(v) is not str:
+        raise RowError(f"{key}: expected a string or null")
+    return v
+
+
+def _opt_int(d: dict[str, Any], key: str) -> int | None:
+    v = d.get(key)
+    if v is None or (type(v) is int):
+        return v
+    raise RowError(f"{key}: expected an integer or null")
+
+
+def _epoch(d: dict[str, Any], key: str) -> float:
+    v = d[key]
+    if type(v) is not str:
+        raise RowError(f"{key}: expected an ISO 8601 time")
+    t = datetime.fromisoformat(v)
+    if t.tzinfo is None:  # naive times are UTC, as the contracts read them
+        t = t.replace(tzinfo=UTC)
+    return t.timestamp()
+
+
+def signal_row_json(value: bytes) -> list[Any] | None:
+    """The ``signals`` row straight from the JSON the worker published, without building a ``Signal``.
+
+    The sink's hot path (signals are most of its rows). The worker validated each signal
+    against the contract when it made it; here the sink checks what it stores — every column's
+    type and the enumerations — so a bad record is dead-lettered instead of failing a whole
+    insert. ``tests/unit/test_sink_fast_rows.py`` holds it to the contract path: same rows for
+    valid records, a refusal for records the contract refuses in a stored column.
+    """
+    d = codec.loads(value)
+    if type(d) is not dict:
+        raise RowError("a signal must be a JSON object")
+    if d.get("schema_version", 1) != 1:
+        raise RowError(f"schema_version {d.get('schema_version')!r} is not 1")
+    if d.get("routed") is True:
+        return SKIP  # a copy re-keyed onto a job: the original is stored from signals.node
+    role = d["role"]
+    if role not in _ROLES:
+        raise RowError(f"role: {role!r} is not a known role")
+    isolation = d.get("isolation", "none")
+    if isolation not in _ISOLATIONS:
+        raise RowError(f"isolation: {isolation!r} is not none/gpu/node/link")
+    category = d.get("category")
+    if category is not None and category not in _CATEGORIES:
+        raise RowError(f"category: {category!r} is not a known category")
+    attrs = d.get("attrs", {})
+    if type(attrs) is not dict:
+        raise RowError("attrs: expected an object")
+    decisive = d.get("decisive", False)
+    if type(decisive) is not bool:
+        raise RowError("decisive: expected a boolean")
+    src = d.get("source") or {}
+    if type(src) is not dict or src.get("kind", "other") not in _SOURCE_KINDS:
+        raise RowError("source: expected an object with a known kind")
+    return [
+        _text(d, "signal_id", 256),
+        _text(d, "rule", 256),
+        role,
+        category or "",
+        _text(d, "summary"),
+        _epoch(d, "event_time"),
+        _epoch(d, "observed_time"),
+        _opt_text(d, "node"),
+        _opt_text(d, "job_id"),
+        _opt_int(d, "rank"),
+        _opt_text(d, "gpu"),
+        attrs,
+        isolation,
+        int(decisive),
+        _text(d, "text", 4096),
+        src.get("kind", "other"),
+        _opt_text(src, "adapter"),
+        _opt_text(src, "topic"),
+        _opt_int(src, "partition"),
+        _opt_int(src, "offset"),
     ]
 
 
@@ -300,3 +402,4 @@ class TableMap:
     model: type[BaseModel]
     columns: list[str]
     row: Callable[[Any], list[Any]]
+    fast: Callable[[bytes], list[Any] | None] | None = None  # JSON → row without the model (hot tables)

@@ -1,0 +1,71 @@
+"""The sink's fast signal rows agree with the contract path, and refuse what cannot be stored."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from benchmarks.bench_sink import templates
+from connectors.sinks import rows
+from connectors.sinks.sink import ClickHouseSink
+from schemas import codec
+from schemas.signals import Signal
+from schemas.topics import TopicCatalog
+
+
+@pytest.fixture(scope="module")
+def signals() -> list[Signal]:
+    return templates()
+
+
+def test_fast_rows_equal_the_contract_rows_for_every_real_extracted_signal(signals: list[Signal]):
+    assert len(signals) >= 10
+    for sig in signals:
+        fast = rows.signal_row_json(codec.dumps(sig))
+        assert fast is not None
+        assert rows.encode(fast) == rows.encode(rows.signal_row(sig)), sig.rule
+
+
+def test_routed_copies_are_skipped(signals: list[Signal]):
+    routed = signals[0].model_copy(update={"routed": True})
+    assert rows.signal_row_json(codec.dumps(routed)) is rows.SKIP
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"role": "boss"}, "role"),
+        ({"isolation": "rack"}, "isolation"),
+        ({"category": "cosmic"}, "category"),
+        ({"event_time": 5}, "event_time"),
+        ({"rank": "3"}, "rank"),
+        ({"text": "x" * 5000}, "text"),
+        ({"schema_version": 2}, "schema_version"),
+        ({"attrs": [1, 2]}, "attrs"),
+    ],
+)
+def test_fast_rows_refuse_values_a_column_cannot_hold(signals: list[Signal], change: dict, why: str):
+    d = orjson.loads(codec.dumps(signals[0]))
+    d.update(change)
+    with pytest.raises(rows.RowError, match=why):
+        rows.signal_row_json(orjson.dumps(d))
+
+
+class _NoClient:
+    def raw_insert(self, *_a, **_kw):  # pragma: no cover - never reached: nothing is flushed
+        raise AssertionError
+
+
+def test_the_sink_falls_back_to_the_contract_and_dead_letters_only_what_it_refuses(signals: list[Signal]):
+    cat = TopicCatalog(prefix="t")
+    sink = ClickHouseSink(_NoClient(), "db", cat)
+    good = codec.dumps(signals[0])
+    epoch = orjson.loads(good)
+    epoch["event_time"] = 1764385200.0  # the contract accepts epoch seconds; the fast path does not
+    bad = orjson.loads(good)
+    bad["role"] = "boss"
+    for value in (good, orjson.dumps(epoch), orjson.dumps(bad), b"{not json"):
+        sink.add(cat.signals_node.name, value, 0, 1)
+    assert len(sink.buffers["signals"]) == 2
+    assert len(sink.buffers["dead_letters"]) == 2
+    assert sink.stats.dead_lettered == 2
