@@ -319,6 +319,10 @@ def _read_routes(store: Store, config: ApiConfig, access: Access) -> APIRouter:
             modes.insert(0, default)
         return modes
 
+    @r.get("/shadow", tags=["modes"], summary="Observe mode: proposed actions vs what happened afterwards")
+    def shadow(horizon_h: Annotated[float, Query(gt=0, le=24 * 90)] = 24.0) -> m.ShadowReport:
+        return store.shadow(horizon_h)
+
     @r.get("/fleet", tags=["fleet"], summary="Fleet rollups for the charts")
     def fleet(days: Annotated[int, Query(ge=1, le=3650)] = 30) -> m.FleetSummary:
         return store.fleet(days)

@@ -266,6 +266,23 @@ class GpuModelRow(View):
     nodes: int
 
 
+class ShadowRow(View):
+    """Observe mode's record for one (action kind, category): what sickbay proposed and what followed."""
+
+    kind: str
+    category: str
+    proposed: int  # dry-run actions
+    failed_again: int  # drains: the node was the culprit of a later incident (draining would have spared it)
+    restarted_by_scheduler: int  # requeues: the scheduler (or someone) restarted the job anyway
+    stayed_down: int  # requeues: nothing restarted the job within the horizon (sickbay would have)
+    median_restart_delay_s: float | None  # requeues restarted anyway: how long after sickbay's proposal
+
+
+class ShadowReport(View):
+    horizon_h: float
+    rows: list[ShadowRow]
+
+
 class FleetSummary(View):
     failures_daily: list[DailyRow]
     failure_mix: list[CountRow]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from connectors.api import models as m
@@ -77,6 +77,9 @@ LEFT JOIN (SELECT action_id, argMax(status, finished_at) AS last_status,
 ORDER BY a.created_at, a.action_id
 SETTINGS join_use_nulls = 1
 """
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class Store:
@@ -490,6 +493,83 @@ class Store:
         ]
 
     # -- fleet analytics (the console's charts and `sickbay report`) ------------------------------
+
+    # -- shadow statistics (observe mode) -----------------------------------------------------------
+
+    RESTART_RULES = ("slurm.job_requeued", "scheduler.slurm_requeue_node_failure", "slurm.job_allocated")
+
+    def shadow(self, horizon_h: float = 24.0) -> m.ShadowReport:
+        """What observe mode proposed vs what happened afterwards, per action kind and category.
+
+        A proposed drain is vindicated when its node is the culprit of a later incident within the
+        horizon; a proposed restart is compared with the scheduler's own requeue/allocation of the
+        same job (delay = the time sickbay would have saved) or with the job staying down.
+        """
+        proposals = self.rows(
+            "SELECT a.action_id AS action_id, a.kind AS kind, a.job_id AS job_id, a.node AS node, "
+            "a.incident_id AS incident_id, a.created_at AS created_at, i.category AS category "
+            "FROM (SELECT * FROM {db}.actions FINAL "
+            "WHERE dry_run = 1 AND kind IN ('drain_node', 'requeue_job')) AS a "
+            "LEFT JOIN (SELECT incident_id, category FROM {db}.incidents FINAL) AS i "
+            "ON a.incident_id = i.incident_id"
+        )
+        nodes = sorted({p["node"] for p in proposals if p["kind"] == "drain_node" and p["node"]})
+        jobs = sorted({p["job_id"] for p in proposals if p["kind"] == "requeue_job" and p["job_id"]})
+        later_faults: dict[str, list[tuple[datetime, str]]] = {}
+        if nodes:
+            for r in self.rows(
+                "SELECT culprit_node AS node, first_signal_time AS t, incident_id FROM {db}.incidents FINAL "
+                "WHERE culprit_node IN {nodes:Array(String)}",
+                {"nodes": nodes},
+            ):
+                later_faults.setdefault(r["node"], []).append((_utc(r["t"]) or _EPOCH, r["incident_id"]))
+        restarts: dict[str, list[datetime]] = {}
+        if jobs:
+            for r in self.rows(
+                "SELECT job_id, event_time AS t FROM {db}.signals "
+                "WHERE job_id IN {jobs:Array(String)} AND rule IN {rules:Array(String)}",
+                {"jobs": jobs, "rules": list(self.RESTART_RULES)},
+            ):
+                restarts.setdefault(r["job_id"], []).append(_utc(r["t"]) or _EPOCH)
+        horizon = timedelta(hours=horizon_h)
+        groups: dict[tuple[str, str], dict[str, Any]] = {}
+        for p in proposals:
+            at = _utc(p["created_at"]) or _EPOCH
+            g = groups.setdefault(
+                (p["kind"], p["category"] or "unknown"),
+                {"proposed": 0, "failed_again": 0, "restarted": 0, "down": 0, "delays": []},
+            )
+            g["proposed"] += 1
+            if p["kind"] == "drain_node":
+                if any(
+                    at < t <= at + horizon and inc != p["incident_id"]
+                    for t, inc in later_faults.get(p["node"], [])
+                ):
+                    g["failed_again"] += 1
+                continue
+            after = sorted(
+                t for t in restarts.get(p["job_id"], []) if at - timedelta(minutes=10) <= t <= at + horizon
+            )
+            if after:
+                g["restarted"] += 1
+                g["delays"].append(max(0.0, (after[0] - at).total_seconds()))
+            else:
+                g["down"] += 1
+        out = []
+        for (kind, category), g in sorted(groups.items()):
+            delays = sorted(g["delays"])
+            out.append(
+                m.ShadowRow(
+                    kind=kind,
+                    category=category,
+                    proposed=g["proposed"],
+                    failed_again=g["failed_again"],
+                    restarted_by_scheduler=g["restarted"],
+                    stayed_down=g["down"],
+                    median_restart_delay_s=round(delays[len(delays) // 2], 3) if delays else None,
+                )
+            )
+        return m.ShadowReport(horizon_h=horizon_h, rows=out)
 
     def failures_daily(self, days: int = 30) -> list[m.DailyRow]:
         rows = self.rows(

@@ -337,6 +337,50 @@ def mttd(fmt: FormatOption = "table", api_url: ApiOption = None) -> None:
     return None
 
 
+@report_app.command("shadow")
+def shadow(
+    horizon_h: Annotated[float, typer.Option(help="how long after a proposal to look")] = 24.0,
+    fmt: FormatOption = "table",
+    api_url: ApiOption = None,
+) -> None:
+    """Observe mode's record: what sickbay would have done, and what happened instead."""
+    from connectors.api import models as m
+
+    _check_format(fmt)
+    if not 0 < horizon_h <= 24 * 90:
+        _fail("--horizon-h must be in (0, 2160]")
+    with _Source(api_url) as src:
+        report = src.get("/shadow", {"horizon_h": horizon_h}, m.ShadowReport, lambda s: s.shadow(horizon_h))
+    if fmt == "json":
+        return _json(report)
+    typer.echo(
+        table(
+            [
+                "would have",
+                "category",
+                "proposed",
+                "node failed again",
+                "scheduler restarted",
+                "stayed down",
+                "median delay s",
+            ],
+            [
+                [
+                    r.kind,
+                    r.category,
+                    r.proposed,
+                    r.failed_again,
+                    r.restarted_by_scheduler,
+                    r.stayed_down,
+                    r.median_restart_delay_s,
+                ]
+                for r in report.rows
+            ],
+        )
+    )
+    return None
+
+
 @report_app.command("job")
 def job(
     job_id: Annotated[str, typer.Argument(help="the scheduler's job id")],
