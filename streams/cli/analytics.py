@@ -90,6 +90,7 @@ def serve(
             client=client,
         )
 
+    _register_lag(s)
     try:
         code = run_server(
             store,
@@ -103,6 +104,20 @@ def serve(
     finally:
         client.close()
     raise typer.Exit(code)
+
+
+def _register_lag(s: Settings) -> None:
+    """Serve every sickbay consumer group's lag on /metrics (asked of the broker at scrape time)."""
+    from prometheus_client import REGISTRY
+
+    from connectors.lag import GroupLagCollector, sickbay_groups
+
+    cat = s.topics
+    names = {
+        k: getattr(cat, k).name
+        for k in ("raw_logs", "signals_node", "signals_job", "incidents", "actions", "audit")
+    }
+    REGISTRY.register(GroupLagCollector(s.kafka_bootstrap, sickbay_groups(s.topic_prefix, s.app_id, names)))
 
 
 def api(
@@ -126,6 +141,8 @@ def api(
     except StoreLocked as exc:
         _fail(str(exc))
     publisher: Publisher = MemoryPublisher(fail=True) if no_kafka else KafkaPublisher(s.kafka_bootstrap)
+    if not no_kafka:
+        _register_lag(s)
     try:
         code = run_server(
             store, publisher, cfg, host=host or a.host, port=port or a.port, log_level=s.log_level

@@ -1,0 +1,98 @@
+"""Consumer lag of every sickbay consumer group, as Prometheus series.
+
+The sink measures its own lag from librdkafka statistics; the Faust worker and the
+adapters do not expose theirs in one place. This collector asks the broker instead —
+committed offsets per group against the log-end offsets — when ``/metrics`` is
+scraped (at most every ``cache_s``), so one API process shows the lag of all stages:
+``sickbay_group_lag{group, topic, partition}``. A broker that does not answer yields
+``sickbay_group_lag_up 0`` rather than a failed scrape.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+
+@dataclass(frozen=True)
+class GroupTopics:
+    group: str
+    topics: tuple[str, ...]
+
+
+def sickbay_groups(prefix: str, app_id: str, cat_topics: dict[str, str]) -> list[GroupTopics]:
+    """The groups sickbay runs and what each consumes (names as the CLI and the worker set them)."""
+    t = cat_topics
+    return [
+        GroupTopics(app_id, (t["raw_logs"], t["signals_node"], t["signals_job"], t["incidents"])),
+        GroupTopics(f"{prefix}-adapter-slurm", (t["actions"],)),
+        GroupTopics(f"{prefix}-adapter-kubernetes", (t["actions"],)),
+        GroupTopics(f"{prefix}-sink", (t["signals_node"], t["incidents"], t["actions"], t["audit"])),
+    ]
+
+
+class GroupLagCollector(Collector):
+    def __init__(self, bootstrap: str, groups: Iterable[GroupTopics], cache_s: float = 10.0) -> None:
+        self.bootstrap = bootstrap
+        self.groups = list(groups)
+        self.cache_s = cache_s
+        self._lock = threading.Lock()
+        self._at = 0.0
+        self._cached: tuple[bool, list[tuple[str, str, int, int]]] = (False, [])
+
+    def measure(self, timeout_s: float = 5.0) -> list[tuple[str, str, int, int]]:
+        """(group, topic, partition, lag) for every partition a group has committed on."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        probe = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "sickbay-lag-probe",
+                "enable.auto.commit": False,
+            }
+        )
+        out: list[tuple[str, str, int, int]] = []
+        try:
+            for g in self.groups:
+                futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group)])
+                committed = futures[g.group].result(timeout=timeout_s).topic_partitions or []
+                for tp in committed:
+                    if tp.topic not in g.topics or tp.offset < 0:
+                        continue
+                    _low, high = probe.get_watermark_offsets(
+                        TopicPartition(tp.topic, tp.partition), timeout=timeout_s
+                    )
+                    out.append((g.group, tp.topic, tp.partition, max(0, high - tp.offset)))
+        finally:
+            probe.close()
+        return out
+
+    def _current(self) -> tuple[bool, list[tuple[str, str, int, int]]]:
+        with self._lock:
+            if time.monotonic() - self._at >= self.cache_s:
+                try:
+                    self._cached = (True, self.measure())
+                except Exception:
+                    self._cached = (False, [])
+                self._at = time.monotonic()
+            return self._cached
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up, rows = self._current()
+        lag = GaugeMetricFamily(
+            "sickbay_group_lag",
+            "Records behind the log end, per consumer group",
+            labels=["group", "topic", "partition"],
+        )
+        for group, topic, partition, n in rows:
+            lag.add_metric([group, topic, str(partition)], n)
+        yield lag
+        status = GaugeMetricFamily("sickbay_group_lag_up", "1 when the broker answered the last lag query")
+        status.add_metric([], 1.0 if up else 0.0)
+        yield status
