@@ -322,3 +322,11 @@ def test_an_older_mode_change_replayed_late_does_not_undo_a_newer_one():
     assert reg.apply(change(Mode.ACT, at=NOW))
     assert not reg.apply(change(Mode.OBSERVE, at=NOW - timedelta(minutes=1)))
     assert reg.resolve("c1", None, None)[0] == Mode.ACT
+
+
+def test_the_shipped_example_policy_file_is_valid_and_means_what_it_says():
+    pf = PolicyFile.load(Path(__file__).resolve().parents[2] / "deploy" / "config" / "policy.example.toml")
+    debug, notes = pf.resolve("prod", "debug", None)
+    assert (debug.auto_resume_mode, debug.max_requeue_times, notes) == ("off", 2, [])
+    assert pf.valves_for("prod").partition_sizes["gpu"] == 512
+    assert pf.valves_for("elsewhere").max_isolations_per_window == 8
