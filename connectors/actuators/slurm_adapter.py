@@ -237,9 +237,11 @@ class SlurmAdapter:
             return ActionStatus.REJECTED, [show], f"job {job} was submitted with --no-requeue; not overriding"
         if job_state not in ("RUNNING", "SUSPENDED", "COMPLETING", "PENDING"):
             return ActionStatus.REJECTED, [show], f"job {job} is {job_state}: nothing to requeue"
+        delay = int(action.backoff_s)
         plan = [
             self.cli.requeue_hold_argv(job),
             *([self.cli.exclude_argv(job, exclude_all)] if wanted else []),
+            *([self.cli.begin_argv(job, delay)] if delay > 0 else []),  # backoff: Slurm holds the start
             self.cli.release_argv(job),
         ]
         if action.dry_run:
@@ -256,7 +258,8 @@ class SlurmAdapter:
             runs.append(run)
             if run.returncode != 0:
                 return ActionStatus.FAILED, runs, f"{' '.join(argv)}: {run.stderr.strip() or 'failed'}"
-        return ActionStatus.SUCCEEDED, runs, f"job {job} requeued excluding {exclude_all}"
+        later = f", not before now+{delay}s" if delay > 0 else ""
+        return ActionStatus.SUCCEEDED, runs, f"job {job} requeued excluding {exclude_all}{later}"
 
     def sweep_expired(
         self, cluster: str, *, now: datetime | None = None, dry_run: bool = False

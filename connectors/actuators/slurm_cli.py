@@ -120,6 +120,10 @@ class SlurmCli:
     def exclude_argv(self, job_id: str, nodes: list[str]) -> list[str]:
         return ["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"]
 
+    def begin_argv(self, job_id: str, delay_s: int) -> list[str]:
+        """Restart backoff the Slurm way: the held job may not start before now + delay."""
+        return ["scontrol", "update", f"JobId={job_id}", f"StartTime=now+{int(delay_s)}"]
+
     def cancel_argv(self, job_id: str) -> list[str]:
         return ["scancel", job_id]
 

@@ -212,5 +212,9 @@ class SlurmRest:
             )
         return ["POST", self._job_path(job_id), codec.dumps({"excluded_nodes": nodes}).decode()]
 
+    def begin_argv(self, job_id: str, delay_s: int) -> list[str]:
+        begin = int(time.time()) + int(delay_s)
+        return ["POST", self._job_path(job_id), codec.dumps({"begin_time": begin}).decode()]
+
     def cancel_argv(self, job_id: str) -> list[str]:
         return ["DELETE", self._job_path(job_id)]

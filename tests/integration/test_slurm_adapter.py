@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -118,6 +119,25 @@ def test_requeue_excluding_a_node_holds_excludes_and_releases_then_is_converged(
         time.sleep(0.2)
         _, state = cli.show("job", job)
     assert adapter.handle(action).status == ActionStatus.CONVERGED
+
+
+def test_requeue_with_backoff_holds_the_restart_until_its_start_time(cli, job):
+    action = _action(ActionKind.REQUEUE_JOB, dry_run=False, job_id=job, exclude=[NODE])
+    action = action.model_copy(update={"backoff_s": 120.0})
+    result = SlurmAdapter(cli).handle(action)
+    assert result.status == ActionStatus.SUCCEEDED, result.detail
+    assert [c.argv[1] for c in result.commands] == ["show", "requeuehold", "update", "update", "release"]
+    assert result.commands[3].argv[-1] == "StartTime=now+120"
+    _, state = cli.show("job", job)
+    assert state is not None
+    eligible = datetime.fromisoformat(state["EligibleTime"]).replace(tzinfo=UTC)  # local time = UTC here
+    assert eligible > datetime.now(UTC) + timedelta(seconds=60)
+    deadline = time.monotonic() + 30
+    while state.get("JobState") != "PENDING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        _, state = cli.show("job", job)
+        assert state is not None
+    assert (state["JobState"], state["Reason"]) == ("PENDING", "BeginTime")
 
 
 def test_requeue_of_an_unknown_job_is_rejected_clearly(cli):
