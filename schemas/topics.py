@@ -85,6 +85,14 @@ class TopicCatalog:
             retention_ms=7 * DAY_MS,
             description="GPU telemetry samples (dcgm-exporter, Prometheus, NVML), one per GPU per scrape",
         )
+        self.collector_reports = TopicSpec(
+            name=f"{prefix}.collector.reports",
+            key="host",
+            value="CollectorReport",
+            partitions=1,
+            retention_ms=7 * DAY_MS,
+            description="What each collector could reach (files, scheduler, exporter, broker, spool)",
+        )
         self.signals_node = TopicSpec(
             name=f"{prefix}.signals.node",
             key="node",
@@ -240,6 +248,7 @@ class TopicCatalog:
         return [
             self.raw_logs,
             self.raw_telemetry,
+            self.collector_reports,
             self.signals_node,
             self.topology_node,
             self.topology_jobs,

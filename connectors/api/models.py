@@ -93,6 +93,19 @@ class Latency(View):
     recovered_by: str | None
 
 
+class CollectorView(View):
+    """The latest report of one collector on one host at the time of an incident."""
+
+    collector: str
+    host: str
+    time: UtcDatetime
+    broker_reachable: bool
+    producer_mode: str
+    spool_depth: int
+    unreachable: list[str]
+    unmatched: list[str]
+
+
 class IncidentDetail(IncidentSummary):
     root_cause: RootView
     supporting: list[Symptom]
@@ -102,6 +115,9 @@ class IncidentDetail(IncidentSummary):
     latency: Latency
     actions: list[ActionView]
     audit: list[AuditView]
+    collectors: list[
+        CollectorView
+    ] = []  # what each collector on the job's nodes (and cluster-wide) could reach
 
 
 class IncidentPage(View):

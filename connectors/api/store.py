@@ -212,7 +212,40 @@ class Store:
             latency=m.Latency(**latency),
             actions=self.actions(incident_id=incident_id),
             audit=self.audit(incident_id=incident_id),
+            collectors=self.collectors_at(list(r["job_nodes"]), _utc(r["first_signal_time"]) or _EPOCH),
         )
+
+    def collectors_at(self, hosts: list[str], at: datetime, window_h: float = 6.0) -> list[m.CollectorView]:
+        """Each collector's last report before ``at`` (within the window), on these hosts or any
+        collector that is not per-node (scheduler, exporter, API watchers): the verdict's coverage."""
+        rows = self.rows(
+            "SELECT collector, host, argMax(time, time) AS t, argMax(broker_reachable, time) AS broker, "
+            "argMax(producer_mode, time) AS mode, argMax(spool_depth, time) AS spool, "
+            "argMax(unreachable, time) AS unreachable, argMax(unmatched, time) AS unmatched "
+            "FROM {db}.collector_reports "
+            "WHERE time <= {at:DateTime64(3, 'UTC')} + INTERVAL 1 MINUTE "
+            "AND time >= {at:DateTime64(3, 'UTC')} - toIntervalSecond({window_s:UInt32}) "
+            "AND (host IN {hosts:Array(String)} OR collector NOT IN ('files', 'nvml')) "
+            "GROUP BY collector, host ORDER BY collector, host",
+            {
+                "at": at.astimezone(UTC).replace(tzinfo=None),
+                "window_s": int(window_h * 3600),
+                "hosts": hosts,
+            },
+        )
+        return [
+            m.CollectorView(
+                collector=r["collector"],
+                host=r["host"],
+                time=_utc(r["t"]) or _EPOCH,
+                broker_reachable=bool(r["broker"]),
+                producer_mode=r["mode"],
+                spool_depth=r["spool"],
+                unreachable=list(r["unreachable"]),
+                unmatched=list(r["unmatched"]),
+            )
+            for r in rows
+        ]
 
     # -- actions and audit ------------------------------------------------------------------------
 

@@ -291,6 +291,27 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             *ROLLUP_VIEWS,
         ],
     ),
+    (
+        3,
+        [
+            # What each collector could reach, so a verdict can be read next to its evidence's coverage.
+            """CREATE TABLE IF NOT EXISTS {db}.collector_reports (
+            collector LowCardinality(String), host LowCardinality(String), time DateTime64(3, 'UTC'),
+            started DateTime64(3, 'UTC'), final UInt8, broker_reachable UInt8,
+            producer_mode LowCardinality(String), spool_depth UInt64, spool_bytes UInt64,
+            unreachable Array(String), unmatched Array(String), reached String, counts String
+        ) ENGINE = ReplacingMergeTree
+        ORDER BY (host, collector, time)
+        TTL toDateTime(time) + INTERVAL 30 DAY""",
+            # The node-health detector's score over time (1 healthy … 0 degrading), per node.
+            """CREATE TABLE IF NOT EXISTS {db}.node_health_scores (
+            cluster LowCardinality(String), node LowCardinality(String), time DateTime64(3, 'UTC'),
+            score Float32, degrading UInt8, worst_gpu String, events UInt32, components String
+        ) ENGINE = ReplacingMergeTree
+        ORDER BY (cluster, node, time)
+        TTL toDateTime(time) + INTERVAL 180 DAY""",
+        ],
+    ),
 ]
 
 LATEST_VERSION = max(v for v, _ in MIGRATIONS)

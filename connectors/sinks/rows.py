@@ -21,7 +21,9 @@ from pydantic import BaseModel
 from schemas import codec
 from schemas.actions import Action, ActionResult, ModeChange
 from schemas.audit import AuditRecord
+from schemas.collector import CollectorReport
 from schemas.deadletter import DeadLetter
+from schemas.health import NodeHealth
 from schemas.incidents import Category, Incident
 from schemas.signals import JobNodeAssignment, Role, Signal
 
@@ -391,6 +393,57 @@ def mode_row(m: ModeChange) -> list[Any]:
         m.mode,
         m.actor,
         m.reason,
+    ]
+
+
+REPORT_COLUMNS = [
+    "collector",
+    "host",
+    "time",
+    "started",
+    "final",
+    "broker_reachable",
+    "producer_mode",
+    "spool_depth",
+    "spool_bytes",
+    "unreachable",
+    "unmatched",
+    "reached",
+    "counts",
+]
+
+
+def report_row(r: CollectorReport) -> list[Any]:
+    return [
+        r.collector,
+        r.host or "",
+        ts(r.time),
+        ts(r.started),
+        int(r.final),
+        int(r.broker_reachable),
+        r.producer_mode,
+        r.spool_depth,
+        r.spool_bytes,
+        [f"{x.kind}:{x.target}" for x in r.unreachable],
+        r.unmatched,
+        [x.model_dump(mode="json") for x in r.reached],
+        r.counts,
+    ]
+
+
+HEALTH_COLUMNS = ["cluster", "node", "time", "score", "degrading", "worst_gpu", "events", "components"]
+
+
+def health_row(h: NodeHealth) -> list[Any]:
+    return [
+        h.cluster,
+        h.node,
+        ts(h.time),
+        h.score,
+        int(h.degrading),
+        h.worst_gpu or "",
+        h.events,
+        h.components,
     ]
 
 

@@ -48,7 +48,9 @@ from schemas import codec
 from schemas.actions import Action, ActionResult, ModeChange
 from schemas.audit import AuditRecord
 from schemas.base import utcnow
+from schemas.collector import CollectorReport
 from schemas.deadletter import DeadLetter
+from schemas.health import NodeHealth
 from schemas.incidents import Incident
 from schemas.signals import JobNodeAssignment, Signal
 from schemas.topics import TopicCatalog
@@ -97,6 +99,10 @@ def table_map(cat: TopicCatalog) -> dict[str, rows.TableMap]:
         cat.audit.name: t("audit", AuditRecord, rows.AUDIT_COLUMNS, rows.audit_row),
         cat.control_modes.name: t("mode_changes", ModeChange, rows.MODE_COLUMNS, rows.mode_row),
         cat.dlq.name: t("dead_letters", DeadLetter, rows.DLQ_COLUMNS, rows.dlq_row),
+        cat.collector_reports.name: t(
+            "collector_reports", CollectorReport, rows.REPORT_COLUMNS, rows.report_row
+        ),
+        cat.health_nodes.name: t("node_health_scores", NodeHealth, rows.HEALTH_COLUMNS, rows.health_row),
     }
 
 
@@ -112,6 +118,8 @@ def stage_names(cat: TopicCatalog) -> dict[str, str]:
         cat.audit.name: "audit",
         cat.control_modes.name: "control",
         cat.dlq.name: "dead_letter",
+        cat.collector_reports.name: "collect",
+        cat.health_nodes.name: "node_health",
     }
 
 

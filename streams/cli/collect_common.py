@@ -108,15 +108,28 @@ class Reporter:
             },
         )
 
+    def publish(self, rep: CollectorReport) -> None:
+        """Reports go on the reports topic too (the sink stores them; the API shows them with verdicts)."""
+        self.prod.produce(reports_topic(self.topic), codec.dumps(rep), key=(rep.host or "-").encode())
+
     def tick(self) -> None:
         if time.monotonic() >= self._next:
             self._next = time.monotonic() + self.every_s
-            log.info("coverage %s", codec.dumps(self.report()).decode())
+            rep = self.report()
+            log.info("coverage %s", codec.dumps(rep).decode())
+            self.publish(rep)
 
     def final(self) -> CollectorReport:
         rep = self.report(final=True)
         typer.echo("coverage " + codec.dumps(rep).decode(), err=True)
+        self.publish(rep)
         return rep
+
+
+def reports_topic(raw_topic: str) -> str:
+    """``<prefix>.collector.reports`` next to ``<prefix>.raw.logs`` / ``.raw.telemetry``."""
+    prefix = raw_topic.rsplit(".raw.", 1)[0]
+    return f"{prefix}.collector.reports"
 
 
 def sources_reached(rep: CollectorReport) -> bool:

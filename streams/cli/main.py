@@ -165,6 +165,7 @@ def collect_files(
             next_report = time.monotonic() + report_every
             rep = codec.dumps(collector.report())
             logging.getLogger("sickbay.collect").info("coverage %s", rep.decode())
+            producer.produce(s.topics.collector_reports.name, rep, key=(host or "-").encode())
             if report_file:
                 atomic_write(report_file, rep)
 
@@ -173,6 +174,8 @@ def collect_files(
     collector.run(lambda: bool(stop), stop_after_s=stop_after, idle_exit_s=idle_exit, on_tick=tick)
     left = collector.close()
     final = codec.dumps(collector.report(final=True))
+    producer.produce(s.topics.collector_reports.name, final, key=(host or "-").encode())
+    producer.flush(10)
     if report_file:
         atomic_write(report_file, final)
     typer.echo(f"coverage {final.decode()}", err=True)
@@ -324,12 +327,21 @@ def dev_status() -> None:
 def demo(
     keep: Annotated[bool, typer.Option(help="leave the stack running and the node drained")] = False,
     mode: Annotated[str, typer.Option(help="act (drain and requeue for real) or observe (dry run)")] = "act",
+    scheduler: Annotated[
+        str, typer.Option(help="slurm, or kubernetes (a PyTorchJob on the local kube-apiserver)")
+    ] = "slurm",
 ) -> None:
     """The end-to-end walking skeleton: one GPU fault, from log line to drained node."""
     from streams.cli.demo import run_demo
 
     if mode not in ("act", "observe"):
         _fail(f"--mode must be act or observe, not {mode!r}")
+    if scheduler == "kubernetes":
+        from streams.cli.demo_kubernetes import run_kube_demo
+
+        raise typer.Exit(run_kube_demo(keep=keep, mode=mode))
+    if scheduler != "slurm":
+        _fail(f"--scheduler must be slurm or kubernetes, not {scheduler!r}")
     raise typer.Exit(run_demo(keep=keep, mode=mode))
 
 

@@ -32,6 +32,7 @@ from schemas.actions import (
     ModeScope,
 )
 from schemas.audit import AuditRecord
+from schemas.collector import CollectorReport, Reach
 from schemas.deadletter import DeadLetter
 from schemas.incidents import Category, Incident
 from schemas.signals import JobNodeAssignment, Signal
@@ -59,6 +60,7 @@ class Fleet:
     audit: list[AuditRecord] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     modes: list[ModeChange] = field(default_factory=list)
+    reports: list[CollectorReport] = field(default_factory=list)
 
     def latest(self, job_id: str) -> Incident:
         return [i for i in self.incidents if i.job_id == job_id][-1]
@@ -214,6 +216,27 @@ def build() -> Fleet:
             time=T0 + timedelta(seconds=1),
         )
     )
+    # Coverage before job 42's failure: the collector on gpu-01 could not read the kernel log;
+    # the Slurm collector was fine; an old report (a day earlier) is outside the incident's window.
+    for host, collector, at, reached in (
+        ("gpu-01", "files", T0 - timedelta(minutes=2), [("file", "/var/log/kern.log", False)]),
+        ("gpu-03", "files", T0 - timedelta(minutes=1), [("file", "/var/log/kern.log", True)]),
+        ("ctld", "slurm", T0 - timedelta(minutes=1), [("scheduler", "squeue --json", True)]),
+        ("gpu-03", "files", T0 - timedelta(days=1), [("file", "/var/log/old.log", False)]),
+    ):
+        fleet.reports.append(
+            CollectorReport(
+                collector=collector,
+                host=host,
+                time=at,
+                started=at - timedelta(hours=1),
+                reached=[
+                    Reach(kind=k, target=t, ok=ok, state="reading" if ok else "unreadable")
+                    for k, t, ok in reached
+                ],
+                broker_reachable=True,
+            )
+        )
     return fleet
 
 
@@ -228,6 +251,7 @@ def feed(sink: ClickHouseSink, cat: TopicCatalog, fleet: Fleet) -> None:
         (cat.audit.name, fleet.audit),
         (cat.dlq.name, fleet.dead_letters),
         (cat.control_modes.name, fleet.modes),
+        (cat.collector_reports.name, fleet.reports),
     ):
         for offset, record in enumerate(records):
             sink.add(topic, codec.dumps(record), 0, offset)

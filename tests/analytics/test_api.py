@@ -168,6 +168,15 @@ def test_incident_detail_has_root_cause_cascade_evidence_actions_audit_and_laten
     assert d["latency"]["gpu_hours_lost"] == pytest.approx(32 * 3 / 60)  # 4 nodes x 8 GPUs x 3 minutes
 
 
+def test_incident_detail_carries_what_each_collector_could_reach_when_it_failed(api, seeded):
+    _db, fleet = seeded
+    d = api.get(f"/api/v1/incidents/{fleet.latest('42').incident_id}", headers=READ).json()
+    seen = {(c["collector"], c["host"]): c for c in d["collectors"]}
+    assert set(seen) == {("files", "gpu-01"), ("files", "gpu-03"), ("slurm", "ctld")}  # not the day-old one
+    assert seen[("files", "gpu-01")]["unreachable"] == ["file:/var/log/kern.log"]
+    assert seen[("files", "gpu-03")]["unreachable"] == [] and seen[("slurm", "ctld")]["broker_reachable"]
+
+
 def test_unknown_ids_are_404_with_a_json_body(api):
     for path in ("/api/v1/incidents/inc-0000", "/api/v1/jobs/999", "/api/v1/nodes/gpu-99", "/api/v1/nope"):
         r = api.get(path, headers=READ)

@@ -33,6 +33,22 @@ def _env(bootstrap: str, cat: TopicCatalog) -> dict[str, str]:
     }
 
 
+def _reports(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[CollectorReport]:
+    """The coverage reports the collector published (the sink stores them; the API shows them)."""
+    consumer = Consumer(consumer_config(bootstrap, f"it-{uuid.uuid4().hex}", "it-files"))
+    consumer.subscribe([topic])
+    out: list[CollectorReport] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                out.append(CollectorReport.model_validate_json(msg.value() or b""))
+    finally:
+        consumer.close()
+    return out
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "streams.cli.main", "collect", "files", *args]
 
@@ -62,7 +78,7 @@ def _texts(bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0) -
 def catalog(kafka_bootstrap: str) -> TopicCatalog:
     prefix = f"it{uuid.uuid4().hex[:8]}"
     cat = TopicCatalog(prefix=prefix, partitions=2, app_id=prefix)
-    ensure_topics(kafka_bootstrap, [cat.raw_logs])
+    ensure_topics(kafka_bootstrap, [cat.raw_logs, cat.collector_reports])
     return cat
 
 
@@ -91,6 +107,8 @@ def test_two_runs_over_a_growing_glob_deliver_every_line_exactly_once(
     seen = _texts(kafka_bootstrap, catalog.raw_logs.name, 41)
     assert seen == Counter({**{f"job line {i}": 1 for i in range(40)}, "other job": 1})
     assert (state / "offsets.json").is_file()
+    reports = _reports(kafka_bootstrap, catalog.collector_reports.name, 2)
+    assert [(r.collector, r.host, r.final) for r in reports] == [("files", "gpu-02", True)] * 2
 
 
 def test_follow_survives_rotation_and_stops_cleanly_on_sigterm_with_a_final_report(
