@@ -3,6 +3,14 @@
 Offsets are committed only after the result is durably on the action-results
 topic, so an adapter crash re-reads the action; the adapter's observe-before-act
 checks then report it ``converged`` instead of acting twice.
+
+Reconciliation: an executed (or pending) action is not trusted until a fresh
+scheduler observation shows the wanted state. The runner asks the adapter's
+``holds(action)`` with a growing interval and publishes a second result —
+``converged`` when it holds, ``abandoned`` when the reconcile deadline passes
+first (a human has to look). Reconciliation lives in the process: an adapter that
+restarts does not resume the checks it had pending (the re-delivered action is
+observed afresh instead).
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
 
@@ -19,8 +28,9 @@ from pydantic import ValidationError
 from connectors.kafka import ReliableProducer, consumer_config
 from connectors.lifecycle import StopFlag
 from schemas import codec
-from schemas.actions import Action, ActionResult
+from schemas.actions import Action, ActionResult, ActionStatus
 from schemas.audit import AuditRecord
+from schemas.base import utcnow
 from schemas.topics import TopicCatalog
 
 log = logging.getLogger("sickbay.adapter")
@@ -34,6 +44,73 @@ class Adapter(Protocol):
     def sweep_expired(
         self, cluster: str, *, now: datetime | None = None, dry_run: bool = False
     ) -> list[ActionResult]: ...
+
+
+@dataclass
+class _Check:
+    action: Action
+    result: ActionResult
+    started: float
+    due: float
+    interval: float
+
+
+class Reconciler:
+    """Pending checks of executed actions against fresh scheduler observations."""
+
+    def __init__(self, adapter: object, deadline_s: float, first_check_s: float = 0.5) -> None:
+        self.holds = getattr(adapter, "holds", None)
+        self.deadline_s = deadline_s
+        self.first_check_s = first_check_s
+        self.pending: list[_Check] = []
+
+    def track(self, action: Action, result: ActionResult) -> None:
+        if self.holds is None or action.dry_run:
+            return
+        if result.status not in (ActionStatus.SUCCEEDED, ActionStatus.PENDING):
+            return
+        now = time.monotonic()
+        self.pending.append(_Check(action, result, now, now + self.first_check_s, self.first_check_s))
+
+    def due(self) -> list[ActionResult]:
+        """Second results for the checks that settled (converged or abandoned) by now."""
+        holds = self.holds
+        if holds is None:
+            return []
+        now, out, keep = time.monotonic(), [], []
+        for check in self.pending:
+            if now < check.due:
+                keep.append(check)
+                continue
+            held = holds(check.action)
+            waited = now - check.started
+            if held:
+                out.append(self._settled(check, ActionStatus.CONVERGED, f"observed after {waited:.1f}s"))
+            elif waited >= self.deadline_s:
+                out.append(
+                    self._settled(
+                        check,
+                        ActionStatus.ABANDONED,
+                        f"the scheduler did not show the wanted state within {self.deadline_s:.0f}s",
+                    )
+                )
+            else:
+                check.interval = min(check.interval * 2, 10.0)
+                check.due = now + check.interval
+                keep.append(check)
+        self.pending = keep
+        return out
+
+    @staticmethod
+    def _settled(check: _Check, status: ActionStatus, detail: str) -> ActionResult:
+        return check.result.model_copy(
+            update={
+                "status": status,
+                "detail": f"reconciled: {detail}",
+                "finished_at": utcnow(),
+                "commands": [],
+            }
+        )
 
 
 def _audit(result: ActionResult, mode: str) -> AuditRecord:
@@ -65,12 +142,15 @@ def run_adapter(
     idle_exit_s: float | None = None,
     sweep_every_s: float | None = None,
     scheduler: Literal["slurm", "kubernetes"] = "slurm",
+    reconcile_s: float = 120.0,
 ) -> int:
-    """Handle actions until stopped. ``sweep_every_s``: also resume expired sickbay drains that often."""
+    """Handle actions until stopped. ``sweep_every_s``: also resume expired sickbay drains that often.
+    ``reconcile_s``: how long an executed action may take to show in the scheduler before it is abandoned."""
     consumer = Consumer(consumer_config(bootstrap, group_id, f"sickbay-adapter-{scheduler}"))
     consumer.subscribe([cat.actions.name])
     producer = ReliableProducer(bootstrap, f"sickbay-adapter-{scheduler}", linger_ms=0)
     handled = 0
+    reconciler = Reconciler(adapter, reconcile_s)
     stopping = StopFlag()
     last = time.monotonic()
     next_sweep = time.monotonic()
@@ -79,9 +159,16 @@ def run_adapter(
             if sweep_every_s is not None and time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + sweep_every_s
                 _sweep(adapter, cluster, producer, cat)
+            for settled in reconciler.due():
+                _publish(producer, cat, settled, "act")
+                log.info("%s %s -> %s", settled.kind.value, settled.action_id, settled.status.value)
             msg = consumer.poll(0.2)
             if msg is None:
-                if idle_exit_s is not None and time.monotonic() - last > idle_exit_s:
+                if (
+                    idle_exit_s is not None
+                    and time.monotonic() - last > idle_exit_s
+                    and not reconciler.pending
+                ):
                     break
                 continue
             err = msg.error()
@@ -110,12 +197,8 @@ def run_adapter(
                 result.status.value,
                 result.detail,
             )
-            producer.produce(cat.action_results.name, codec.dumps(result), key=result.action_id.encode())
-            producer.produce(
-                cat.audit.name,
-                codec.dumps(_audit(result, action.mode.value)),
-                key=action.incident_id.encode(),
-            )
+            _publish(producer, cat, result, action.mode.value)
+            reconciler.track(action, result)
             if producer.flush(30.0) != 0:
                 raise RuntimeError("could not deliver the action result; not committing the action")
             consumer.commit(message=msg, asynchronous=False)
@@ -124,6 +207,11 @@ def run_adapter(
         consumer.close()
         producer.flush(10.0)
     return handled
+
+
+def _publish(producer: ReliableProducer, cat: TopicCatalog, result: ActionResult, mode: str) -> None:
+    producer.produce(cat.action_results.name, codec.dumps(result), key=result.action_id.encode())
+    producer.produce(cat.audit.name, codec.dumps(_audit(result, mode)), key=result.incident_id.encode())
 
 
 def _dead_letter(

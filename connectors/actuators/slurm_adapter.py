@@ -108,6 +108,34 @@ class SlurmAdapter:
             detail = f"{detail} (after {attempts} attempts)"
         return self._result(action, status, runs, detail, started)
 
+    def holds(self, action: Action) -> bool | None:
+        """Reconciliation: does a fresh observation show the state this action wanted?
+
+        ``None`` when the scheduler cannot be asked right now (the runner asks again). The
+        generation is the job's: a requeue holds once the job was requeued (Restarts > 0), is no
+        longer held and excludes every wanted node; a drain once the node drains for sickbay.
+        """
+        try:
+            if action.kind in (ActionKind.DRAIN_NODE, ActionKind.RESUME_NODE):
+                _node, _show, state = self._node(action)
+                draining = "DRAIN" in state.get("State", "")
+                if action.kind == ActionKind.RESUME_NODE:
+                    return not draining
+                return draining and state.get("Reason", "").startswith(REASON_PREFIX)
+            _job, _show, state = self._job(action)
+            job_state = state.get("JobState", "")
+            if action.kind == ActionKind.CANCEL_JOB:
+                return job_state in _ENDED
+            if action.kind == ActionKind.REQUEUE_JOB:
+                held = state.get("Reason", "") == "job_requeued_in_held_state"
+                excluded = _nodes_in(state.get("ExcNodeList", ""))
+                restarts = int(state.get("Restarts", "0") or 0)
+                wanted = set(action.exclude_nodes)
+                return restarts > 0 and not held and wanted <= excluded and job_state not in _ENDED
+        except _Finished:
+            return None
+        return None
+
     @staticmethod
     def _result(
         action: Action, status: ActionStatus, runs: list[CommandRun], detail: str, started: datetime

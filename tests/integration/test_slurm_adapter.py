@@ -98,6 +98,19 @@ def test_drain_sets_sickbays_reason_and_a_second_delivery_is_converged(cli):
     assert [c.argv[:2] for c in again.commands] == [["scontrol", "show"]]  # observed, did not act
 
 
+def test_a_fresh_observation_confirms_a_drain_and_then_its_resume(cli):
+    adapter = SlurmAdapter(cli)
+    drain = _action(ActionKind.DRAIN_NODE, dry_run=False, node=NODE)
+    assert adapter.holds(drain) is False
+    assert adapter.handle(drain).status == ActionStatus.SUCCEEDED
+    assert adapter.holds(drain) is True
+    resume = _action(ActionKind.RESUME_NODE, dry_run=False, node=NODE)
+    assert adapter.holds(resume) is False
+    assert adapter.handle(resume).status == ActionStatus.SUCCEEDED
+    assert adapter.holds(resume) is True
+    assert adapter.holds(_action(ActionKind.DRAIN_NODE, dry_run=False, node="gpu-99")) is None
+
+
 def test_drain_of_an_unknown_node_is_rejected_with_slurms_message(cli):
     result = SlurmAdapter(cli).handle(_action(ActionKind.DRAIN_NODE, dry_run=False, node="gpu-99"))
     assert result.status == ActionStatus.REJECTED
@@ -118,6 +131,7 @@ def test_requeue_excluding_a_node_holds_excludes_and_releases_then_is_converged(
     while state.get("JobState") != "PENDING" and time.monotonic() < deadline:
         time.sleep(0.2)
         _, state = cli.show("job", job)
+    assert adapter.holds(action) is True  # what the runner's reconciliation asks
     assert adapter.handle(action).status == ActionStatus.CONVERGED
 
 
