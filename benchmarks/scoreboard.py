@@ -242,6 +242,7 @@ def run_stream(
         "SICKBAY_APP_ID": f"sickbay-score{run_id}",
         "SICKBAY_MODE": "observe",
         "SICKBAY_PYTHON": sys.executable,
+        "SICKBAY_POLICY_FILE": str(REPO_ROOT / "benchmarks" / "scoreboard_policy.toml"),
     }
     demo = Demo(run_id=run_id, base=base, workdir=workdir, env=env, mode="observe")
     s = demo.settings

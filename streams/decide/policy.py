@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.actions import Action, ActionKind, IsolationRequest, Mode, WorkloadKind
-from schemas.incidents import Category, Incident
+from schemas.incidents import Category, Incident, IncidentKind
 from schemas.jobs import JobInfo
 from streams.correlate.attribution import UNKNOWN_NODE
 from streams.decide.policy_config import JobPolicy
@@ -246,6 +246,14 @@ def plan(
 
     out.isolations = _isolations(incident, policy, mode, scheduler, info, reason, now, out.notes)
 
+    # -- pre-emptive and performance incidents ----------------------------------------------------
+    if incident.kind == IncidentKind.DEGRADING:
+        return _degrading(incident, policy, out, mode, scheduler, info, reason, now)
+    if incident.kind == IncidentKind.STRAGGLER and not policy.restart_stragglers:
+        out.rule = "straggler-isolate-only" if out.isolations else "straggler-no-action"
+        out.notes.append("not restarting: a straggler slows the job but has not stopped it")
+        return out
+
     # -- restart or stop ------------------------------------------------------------------------
     if incident.job_id.startswith(NODE_JOB_PREFIX):
         out.rule = "isolate-node" if out.isolations else "node-no-action"
@@ -303,6 +311,40 @@ def plan(
     out.actions.append(
         make(ActionKind.REQUEUE_JOB, incident.job_id, rule, exclude_nodes=isolate, backoff_s=wait)
     )
+    return out
+
+
+def _degrading(
+    incident: Incident,
+    policy: JobPolicy,
+    out: Plan,
+    mode: Mode,
+    scheduler: str,
+    info: JobInfo | None,
+    reason: str,
+    now: datetime,
+) -> Plan:
+    """A node getting worse before any job failed: drain it (a Slurm drain lets running jobs finish;
+    a Kubernetes cordon evicts nothing), never restart anything."""
+    out.rule = "drain-degrading"
+    if not policy.isolate_degrading:
+        out.rule = "degrading-observe-only"
+        out.notes.append("not isolating: isolate_degrading is off")
+        return out
+    if out.isolations:
+        return out
+    node = incident.culprit.node if incident.culprit and incident.culprit.node else None
+    node = node or incident.job_id.removeprefix(NODE_JOB_PREFIX)
+    if not node or node == UNKNOWN_NODE:
+        out.notes.append("degrading incident names no node; nothing to isolate")
+        return out
+    proxy = incident.model_copy(
+        update={"isolate": [node], "confidence": max(incident.confidence, policy.min_confidence_to_isolate)}
+    )
+    out.isolations = [
+        req.model_copy(update={"policy_rule": "drain-degrading"})
+        for req in _isolations(proxy, policy, mode, scheduler, info, reason, now, out.notes)
+    ]
     return out
 
 

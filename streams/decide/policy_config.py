@@ -47,6 +47,10 @@ class JobPolicy(BaseModel):
     min_confidence_to_isolate: float = Field(default=0.8, ge=0.0, le=1.0)
     max_isolate_per_incident: int = Field(default=2, ge=0, le=64)
     drain_expiry_s: float = Field(default=24 * 3600.0, gt=0)
+    isolate_degrading: bool = Field(
+        default=True, description="drain a node the health detector calls degrading (jobs on it finish first)"
+    )
+    restart_stragglers: bool = Field(default=False, description="restart a job whose straggler was found")
     max_incident_age_s: float = Field(default=3600.0, gt=0, description="stale/replay guard")
     decision_deadline_s: float = Field(
         default=600.0, gt=0, description="attribution slower than this → fail open, no restart from us"

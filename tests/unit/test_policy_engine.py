@@ -330,3 +330,27 @@ def test_the_shipped_example_policy_file_is_valid_and_means_what_it_says():
     assert (debug.auto_resume_mode, debug.max_requeue_times, notes) == ("off", 2, [])
     assert pf.valves_for("prod").partition_sizes["gpu"] == 512
     assert pf.valves_for("elsewhere").max_isolations_per_window == 8
+
+
+def test_a_degrading_node_is_drained_and_nothing_is_restarted():
+    from schemas.incidents import Culprit, IncidentKind
+
+    inc = incident(job="node:gpu-07", isolate=()).model_copy(
+        update={"kind": IncidentKind.DEGRADING, "culprit": Culprit(node="gpu-07", gpu="2"), "confidence": 0.6}
+    )
+    p = plan(inc, JobPolicy(), Mode.ACT, JobRecord(), NOW)
+    assert (p.rule, kinds(p)) == ("drain-degrading", ["isolate gpu-07"])
+    assert p.isolations[0].policy_rule == "drain-degrading"
+    off = plan(inc, JobPolicy(isolate_degrading=False), Mode.ACT, JobRecord(), NOW)
+    assert (off.rule, kinds(off)) == ("degrading-observe-only", [])
+
+
+def test_a_straggler_is_isolated_but_its_job_is_not_restarted_by_default():
+    from schemas.incidents import IncidentKind
+
+    inc = incident().model_copy(update={"kind": IncidentKind.STRAGGLER})
+    p = plan(inc, JobPolicy(), Mode.ACT, JobRecord(), NOW)
+    assert (p.rule, kinds(p)) == ("straggler-isolate-only", ["isolate gpu-03"])
+    assert (
+        plan(inc, JobPolicy(restart_stragglers=True), Mode.ACT, JobRecord(), NOW).rule == "restart-excluding"
+    )
