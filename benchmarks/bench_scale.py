@@ -17,6 +17,7 @@ shared with tests/integration/test_scale_out.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -29,11 +30,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from benchmarks.machine import append_row, describe, today
 from benchmarks.scoreboard import scenario_options
-from connectors.kafka import ReliableProducer, ensure_topics, wait_for_broker
+from connectors.kafka import ReliableProducer, admin, ensure_topics, wait_for_broker
 from connectors.sources.simulator import SimOptions, generate
 from connectors.sources.simulator.output import Record, iter_records
 from connectors.sources.simulator.shippers import Shipping
@@ -235,15 +236,27 @@ def stream_topics(cat: TopicCatalog) -> list[str]:
     ]
 
 
-def group_lag(consumer: Consumer, topics: list[str], partitions: int) -> int:
-    """Records on ``topics`` that the consumer's group has not committed yet."""
+def group_lag(consumer: Consumer, topics: list[str], partitions: int) -> int | None:
+    """Records on ``topics`` that the consumer's group has not committed yet; None when the
+    cluster did not answer in time (a busy broker: ask again)."""
     tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
-    committed = consumer.committed(tps, timeout=10)
-    lag = 0
-    for tp in committed:
-        _, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
-        lag += max(0, high - max(tp.offset, 0))
+    try:
+        committed = consumer.committed(tps, timeout=10)
+        lag = 0
+        for tp in committed:
+            _, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
+            lag += max(0, high - max(tp.offset, 0))
+    except KafkaException:
+        return None
     return lag
+
+
+def delete_topics(bootstrap: str, cat: TopicCatalog) -> None:
+    """Drop a run's topics: hundreds of replicated partitions left behind cost every broker heap."""
+    names = [t.name for t in cat.all()]
+    for fut in admin(bootstrap).delete_topics(names, operation_timeout=30).values():
+        with contextlib.suppress(KafkaException):  # already gone, or never created
+            fut.result()
 
 
 # -- CPU -------------------------------------------------------------------------------------------
@@ -366,6 +379,7 @@ def run_level(
         lag_reader.close()
         for w in procs:
             w.kill(signal.SIGTERM)
+        delete_topics(bootstrap, cat)
 
 
 def record(levels: list[Level], scenarios: int, partitions: int, replication: int, repeat: int) -> None:

@@ -240,30 +240,34 @@ def _end_offsets(bootstrap: str, topics: list[str], partitions: int) -> dict[tup
 
 
 def wait_caught_up(bootstrap: str, group: str, topics: list[str], partitions: int, timeout_s: float) -> float:
-    """Poll the group's committed offsets until every partition of ``topics`` is at its end (and
-    the ends stopped growing); return the time.monotonic() when that was first seen."""
+    """Wait until the group has committed everything the input caused; return time.monotonic() then.
+
+    Round 1: every offset of the first topic (the input) is committed. Each further round
+    snapshots the ends of the downstream topics and waits until the group committed up to the
+    snapshot: one round per hop (raw → node → job → incidents). A fixed target, because the
+    detectors' timers keep adding a trickle of their own records (hang checks) that never stops.
+    """
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     deadline = time.monotonic() + timeout_s
     try:
-        while time.monotonic() < deadline:
-            ends = _end_offsets(bootstrap, topics, partitions)
-            committed = c.committed([TopicPartition(t, p) for t, p in ends], timeout=10)
-            done = all(
-                tp.offset >= ends[(tp.topic, tp.partition)]
-                for tp in committed
-                if ends[(tp.topic, tp.partition)]
-            )
-            if done:
-                seen = time.monotonic()
-                time.sleep(1.5)  # nothing new downstream?
-                if _end_offsets(bootstrap, topics, partitions) == ends:
-                    return seen
-            time.sleep(0.25)
+        for hop in range(len(topics)):
+            targets = _end_offsets(bootstrap, topics[: 1 if hop == 0 else len(topics)], partitions)
+            while True:
+                committed = c.committed([TopicPartition(t, p) for t, p in targets], timeout=10)
+                if all(
+                    tp.offset >= targets[(tp.topic, tp.partition)]
+                    for tp in committed
+                    if targets[(tp.topic, tp.partition)]
+                ):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the worker did not catch up within {timeout_s:.0f}s")
+                time.sleep(0.2)
+        return time.monotonic()
     finally:
         c.close()
-    raise RuntimeError(f"the worker did not catch up within {timeout_s:.0f}s")
 
 
 def raw_consume_rate(bootstrap: str, topic: str, expected: int) -> float:

@@ -14,6 +14,9 @@ Output, in shapes the pipeline already reads:
 - ``topology.node``: a :class:`JobNodeAssignment` when a job's pod is bound to a node and when it
   ends or is deleted, so the correlator learns Kubernetes job→node topology as it does from Slurm.
   ``attempt`` is the pod's creation time in epoch seconds: unique per pod incarnation on a node.
+- ``signals.job``: a ``kubernetes.job_pods`` topology signal when the nodes of a job's live pods change,
+  so the correlator knows the job's nodes and attempts (all pods gone ends an attempt; new pods start the
+  next) the way slurmctld's allocation and requeue lines tell it for Slurm.
 - ``topology.jobs``: a :class:`JobInfo` per PyTorchJob/TrainJob/Workload (namespace, kind, annotations
   for the per-job APS policy override).
 
@@ -43,7 +46,8 @@ from lightkube.types import OnErrorAction, OnErrorResult
 from connectors.actuators.kubernetes_client import KueueWorkload, PyTorchJob, TrainJob, as_dict, load_config
 from schemas import codec
 from schemas.jobs import JobInfo
-from schemas.signals import JobNodeAssignment
+from schemas.signals import JobNodeAssignment, Role, Signal, SourceRef
+from streams.correlate.correlator import K8S_JOB_PODS
 
 log = logging.getLogger("sickbay.collect.kubernetes")
 
@@ -87,6 +91,7 @@ class Topics:
     raw_logs: str
     topology_node: str
     topology_jobs: str
+    signals_job: str | None = None  # job placement snapshots for the correlator (None: not published)
 
 
 @dataclass
@@ -202,6 +207,7 @@ class KubeWatchCollector:
         self._pending: dict[str, str] = {}  # kind -> resourceVersion not yet flushed
         self._released: set[str] = set()  # pod uids whose release was published
         self._expired: set[str] = set()  # kinds whose watch ended with 410 Gone
+        self._placed: dict[str, list[str]] = {}  # job -> nodes of its live pods, as last published
         self._last_event = time.monotonic()
 
     # -- output -------------------------------------------------------------------------------------
@@ -256,6 +262,32 @@ class KubeWatchCollector:
         )
         self.sink.produce(self.topics.topology_node, codec.dumps(a), key=node.encode())
         self.coverage.assignments += 1
+
+    def _placement(self, job: str, when: datetime) -> None:
+        """Publish the nodes of the job's live pods when they change (``kubernetes.job_pods`` on
+        signals.job): the correlator's job topology — which nodes an attempt ran on, when it ended —
+        that Slurm gives with its allocation and requeue lines and Kubernetes does not."""
+        if self.topics.signals_job is None:
+            return
+        nodes = sorted({n for n, j, _ in self._bound.values() if j == job})
+        known = self._placed.get(job)
+        if nodes == known or (not nodes and not known):
+            return  # unchanged; an empty set never seen filled (a resumed watch) says nothing
+        self._placed[job] = nodes
+        digest = hashlib.blake2b(f"{self.cluster}|{job}|{nodes}|{when.isoformat()}".encode(), digest_size=10)
+        sig = Signal(
+            signal_id=f"k8s-{digest.hexdigest()}",
+            rule=K8S_JOB_PODS,
+            role=Role.TOPOLOGY,
+            summary=f"{job}: live pods on {len(nodes)} nodes",
+            event_time=when,
+            observed_time=self.clock(),
+            job_id=job,
+            attrs={"nodes": nodes},
+            text=f"kubernetes job {job} has live pods on {', '.join(nodes) or 'no node'}",
+            source=SourceRef(kind="scheduler", adapter="kubernetes-watch"),
+        )
+        self.sink.produce(self.topics.signals_job, codec.dumps(sig), key=job.encode())
 
     # -- per kind -----------------------------------------------------------------------------------
 
@@ -316,6 +348,8 @@ class KubeWatchCollector:
             self._bound.pop(uid, None)
             self._released.add(uid)
             self._assign(uid, node, job, attempt, "released", when)
+        if job:
+            self._placement(job, when)
         line = {
             "kind": "Pod",
             "metadata": {"namespace": ns, "name": name, "uid": uid},

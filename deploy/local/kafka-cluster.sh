@@ -21,7 +21,8 @@
 #   SICKBAY_DOWNLOAD_CACHE         ${XDG_CACHE_HOME:-$HOME/.cache}/sickbay (jars, shared with kafka.sh)
 #   SICKBAY_KAFKA_VERSION          4.1.1
 #   SICKBAY_KAFKA_CLUSTER_PORT     59091 (broker N listens on PORT+N-1; controllers on PORT+100+N-1)
-#   SICKBAY_KAFKA_CLUSTER_HEAP     "-Xms128m -Xmx512m"  (3 JVMs on a 2-core dev box: keep them small)
+#   SICKBAY_KAFKA_CLUSTER_HEAP     "-Xms128m -Xmx768m"  (3 JVMs on a 2-core box: small; 512m ran out
+#                                  of heap once a few hundred replicated partitions had piled up)
 #   SICKBAY_KAFKA_START_TIMEOUT    180
 #   JAVA_HOME                      optional; otherwise `java` from PATH
 set -euo pipefail
@@ -34,7 +35,7 @@ STACK_DIR="${SICKBAY_STACK_DIR:-${REPO_DIR}/.cache/stack}"
 DOWNLOAD_CACHE="${SICKBAY_DOWNLOAD_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/sickbay}"
 KAFKA_VERSION="${SICKBAY_KAFKA_VERSION:-4.1.1}"
 BASE_PORT="${SICKBAY_KAFKA_CLUSTER_PORT:-59091}"
-HEAP="${SICKBAY_KAFKA_CLUSTER_HEAP:--Xms128m -Xmx512m}"
+HEAP="${SICKBAY_KAFKA_CLUSTER_HEAP:--Xms128m -Xmx768m}"
 START_TIMEOUT="${SICKBAY_KAFKA_START_TIMEOUT:-180}"
 STOP_TIMEOUT=30
 HOST=127.0.0.1

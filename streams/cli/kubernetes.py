@@ -80,7 +80,12 @@ def collect_kubernetes(
     except (FileNotFoundError, OSError, ValueError) as exc:
         fail(str(exc))
     producer = ReliableProducer(s.kafka_bootstrap, "sickbay-collect-kubernetes", linger_ms=5)
-    topics = Topics(s.topics.raw_logs.name, s.topics.topology_node.name, s.topics.topology_jobs.name)
+    topics = Topics(
+        s.topics.raw_logs.name,
+        s.topics.topology_node.name,
+        s.topics.topology_jobs.name,
+        None,
+    )
     collector = KubeWatchCollector(client, producer, topics, store, cluster=s.cluster, namespace=namespace)
     try:
         coverage = asyncio.run(collector.run(stop_after_s=stop_after, idle_exit_s=idle_exit))

@@ -25,6 +25,7 @@ from streams.correlate.attribution import Verdict, attribute, root_cause
 from streams.correlate.state import SAMPLES_PER_RULE, IncidentWindow, JobTopology, RuleTally
 
 OPENING_ROLES = {Role.ROOT_CANDIDATE, Role.CASCADE}
+K8S_JOB_PODS = "kubernetes.job_pods"  # connectors/sources/kubernetes_watch.py: nodes of a job's live pods
 MAX_SEEN_IDS = 2048
 MAX_ROOTS = 64
 
@@ -84,6 +85,8 @@ def apply_topology(
             )
             for n in node_list
         )
+    elif signal.rule == K8S_JOB_PODS:
+        topo = _k8s_pods(topo, signal)
     elif signal.rule in ("slurm.job_complete", "slurm.job_requeued") and topo.ended_at is None:
         release(topo)
         end_state = (
@@ -93,6 +96,32 @@ def apply_topology(
         )
         topo = topo.model_copy(update={"ended_at": signal.event_time, "end_state": end_state})
     return topo, out
+
+
+def _k8s_pods(topo: JobTopology, signal: Signal) -> JobTopology:
+    """A Kubernetes job's live pod placement (``kubernetes.job_pods``, from ``collect kubernetes``).
+
+    Kubernetes has no allocation line: pods appear and go one by one. The nodes of live pods are a
+    snapshot; the first non-empty one after none (or after the last attempt ended) starts a new attempt,
+    later ones add nodes to it, and an empty one (every pod gone: deleted for a restart, or finished)
+    ends it, as ``slurm.job_requeued`` does. The watch publishes its own per-pod node assignments, so
+    none are returned here. Snapshots older than the attempt's start or end are replays and ignored.
+    """
+    raw = signal.attrs.get("nodes")
+    nodes = sorted({str(n) for n in raw}) if isinstance(raw, list) else []
+    if (topo.started_at is not None and signal.event_time < topo.started_at) or (
+        topo.ended_at is not None and signal.event_time <= topo.ended_at
+    ):
+        return topo
+    if nodes and (topo.ended_at is not None or not topo.nodes):
+        return JobTopology(
+            job_id=topo.job_id, attempt=topo.attempt + 1, nodes=nodes, started_at=signal.event_time
+        )
+    if nodes:
+        return topo.model_copy(update={"nodes": sorted(set(topo.nodes) | set(nodes))})
+    if topo.nodes and topo.ended_at is None:
+        return topo.model_copy(update={"ended_at": signal.event_time, "end_state": "pods deleted"})
+    return topo
 
 
 def _before_the_end(window: IncidentWindow, topo: JobTopology | None, signal: Signal) -> bool:

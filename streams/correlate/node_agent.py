@@ -19,11 +19,10 @@ Everything here is driven by arriving evidence (event time), so it needs no time
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from schemas import codec
 from schemas.base import utcnow
 from schemas.signals import Signal
 from schemas.telemetry import GpuTelemetry
@@ -33,6 +32,14 @@ from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
 
 log = logging.getLogger("sickbay.gpu_health")
+MAX_CACHED = 50_000
+T = TypeVar("T")
+
+
+def _remember(cache: dict[str, T], key: str, value: T) -> None:
+    if len(cache) >= MAX_CACHED and key not in cache:
+        cache.clear()
+    cache[key] = value
 
 
 class NodeStage:
@@ -51,6 +58,12 @@ class NodeStage:
         )
         self.pace = pipe.app.Table(TABLE_GPU_PACE, default=None, partitions=s.partitions)
         self.health = pipe.app.Table(TABLE_NODE_HEALTH, default=None, partitions=s.partitions)
+        # Parsed copies of what this worker last wrote (telemetry is the busiest input); cleared
+        # whenever partitions move, when the tables restored from their changelogs are the truth.
+        self.pace_cache: dict[str, straggler.PaceBoard] = {}
+        self.health_cache: dict[str, node_health.NodeHealthState] = {}
+        pipe.app.on_partitions_revoked.connect(self.forget)
+        pipe.app.on_partitions_assigned.connect(self.forget)
 
     async def on_event(self, event: Any) -> None:
         node = key_str(event.key) or "_unknown"
@@ -76,20 +89,31 @@ class NodeStage:
             await self.on_health(node, new)
 
     def health_state(self, node: str) -> node_health.NodeHealthState | None:
+        cached = self.health_cache.get(node)
+        if cached is not None:
+            return cached
         raw = self.health.get(node)
         return node_health.NodeHealthState.model_validate(raw) if raw else None
+
+    async def forget(self, *_: Any, **__: Any) -> None:
+        """Partitions moved: parsed copies may be stale, the tables are the truth again."""
+        self.pace_cache.clear()
+        self.health_cache.clear()
 
     async def on_telemetry(self, node: str, sample: GpuTelemetry) -> None:
         if not any(k in sample.metrics for k in straggler.PACE_METRICS):
             return
-        raw = self.pace.get(node)
-        board = straggler.PaceBoard.model_validate(raw) if raw else None
+        board = self.pace_cache.get(node)
+        if board is None:
+            raw = self.pace.get(node)
+            board = straggler.PaceBoard.model_validate(raw) if raw else None
         board = straggler.observe_telemetry(board, sample)
         found = None
         if straggler.SM_CLOCK in sample.metrics:
             entry = str(sample.gpu) if sample.gpu is not None else (sample.uuid or sample.pci_bus_id or "?")
             board, found = straggler.evaluate(board, entry, self.strag_cfg)
-        self.pace[node] = codec.loads(codec.dumps(board))
+        self.pace[node] = board.model_dump(mode="json")
+        _remember(self.pace_cache, node, board)
         if found is not None:
             # a node fact without a job: the route step decides which jobs it concerns
             signal = straggler.gpu_straggler_signal(found, utcnow())
@@ -104,7 +128,8 @@ class NodeStage:
         if node_health.snapshot_due(state, self.health_cfg):
             await self.t.health_nodes.send(key=node.encode(), value=node_health.snapshot(state, self.cluster))
             state = node_health.mark_published(state)
-        self.health[node] = codec.loads(codec.dumps(state))
+        self.health[node] = state.model_dump(mode="json")
+        _remember(self.health_cache, node, state)
 
 
 def register(pipe: Pipeline) -> None:

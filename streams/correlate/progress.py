@@ -41,6 +41,7 @@ from schemas.signals import Role, Signal, SourceRef
 PERIOD_SAMPLES = 8
 MAX_SOURCES = 512
 MAX_NCCL_RANKS = 64
+MAX_NCCL_COUNT = 100_000
 HANG_RULE = "hang.no_progress"
 OWN_RULES = ("hang.", "straggler.")
 NCCL_TIMEOUT_RULES = ("nccl.watchdog_timeout", "nccl.watchdog_exception", "nccl.watchdog_terminated")
@@ -166,7 +167,11 @@ def new_attempt(state: JobProgress | None, job_id: str, started_at: datetime) ->
 
 
 def observe(
-    state: JobProgress | None, signal: Signal, at: datetime, wall: datetime | None = None
+    state: JobProgress | None,
+    signal: Signal,
+    at: datetime,
+    wall: datetime | None = None,
+    track_clock: bool = True,
 ) -> JobProgress | None:
     """Fold one job signal in. ``at`` is the signal's time on the detector's clock, ``wall``
     the processing time (for the job's event clock, :meth:`JobProgress.event_now`).
@@ -174,7 +179,7 @@ def observe(
     Returns the new state, or ``None`` when the signal tells the detector nothing and there was
     no state (so the agent writes nothing)."""
     new = _observe(state, signal, at)
-    if signal.rule.startswith(OWN_RULES):
+    if not track_clock or signal.rule.startswith(OWN_RULES):
         return new  # the detectors' own output does not move the job's clock
     if new is None or (new.latest_event is not None and signal.event_time <= new.latest_event):
         return new
@@ -198,11 +203,13 @@ def _observe(state: JobProgress | None, signal: Signal, at: datetime) -> JobProg
     if state is None:
         return None
     if signal.rule in NCCL_TIMEOUT_RULES:
+        if state.nccl_timeouts >= MAX_NCCL_COUNT:
+            return state
         ranks = state.nccl_ranks
         if signal.rank is not None and signal.rank not in ranks and len(ranks) < MAX_NCCL_RANKS:
             ranks = [*ranks, signal.rank]
         return state.model_copy(update={"nccl_timeouts": state.nccl_timeouts + 1, "nccl_ranks": ranks})
-    if signal.role in (Role.ROOT_CANDIDATE, Role.CASCADE):
+    if signal.role in (Role.ROOT_CANDIDATE, Role.CASCADE) and state.explained_at is None:
         return state.model_copy(update={"explained_at": at})  # a failure the correlator explains
     return state
 

@@ -26,7 +26,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schemas import codec
 from schemas.base import utcnow
 from schemas.signals import Role, Signal
 from schemas.topics import TABLE_JOB_PROGRESS
@@ -35,6 +34,7 @@ from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
 
 log = logging.getLogger("sickbay.progress")
+MAX_CACHED = 20_000
 
 
 class JobWatch(BaseModel):
@@ -76,12 +76,35 @@ class ProgressStage:
         )
         self.clock = DetectorClock(s.detector_clock)
         self.table = pipe.app.Table(TABLE_JOB_PROGRESS, default=None, partitions=s.partitions)
+        # Parsed copies of what this worker last wrote: validating a many-rank state from the
+        # table's JSON on every signal costs more than the detection itself. Cleared whenever
+        # partitions move (the table, restored from its changelog, is the truth).
+        self.cache: dict[str, JobWatch] = {}
+        pipe.app.on_partitions_revoked.connect(self.forget)
+        pipe.app.on_partitions_assigned.connect(self.forget)
+
+    def load(self, job_id: str) -> JobWatch | None:
+        """The job's state: the parsed copy this worker wrote last, else the table's."""
+        cached = self.cache.get(job_id)
+        if cached is not None:
+            return cached
+        raw = self.table.get(job_id)
+        return JobWatch.model_validate(raw) if raw else None
+
+    def save(self, job_id: str, watch: JobWatch) -> None:
+        self.table[job_id] = watch.model_dump(mode="json")
+        if len(self.cache) >= MAX_CACHED and job_id not in self.cache:
+            self.cache.clear()
+        self.cache[job_id] = watch
+
+    async def forget(self, *_: Any, **__: Any) -> None:
+        """Partitions moved: parsed copies may be stale, the table is the truth again."""
+        self.cache.clear()
 
     async def on_event(self, event: Any) -> None:
         job_id = key_str(event.key) or "?"
         value = event.value
-        raw = self.table.get(job_id)
-        watch = JobWatch.model_validate(raw) if raw else None
+        watch = self.load(job_id)
         if isinstance(value, dict) and value.get("tick"):
             if watch is not None:
                 await self.on_tick(job_id, watch)
@@ -96,7 +119,8 @@ class ProgressStage:
         new = self.fold(watch, signal)
         if new is not None:
             new = await self.check_rank_pace(new, signal)
-            self.table[job_id] = codec.loads(codec.dumps(new))
+            if new is not watch:
+                self.save(job_id, new)
 
     @staticmethod
     def relevant(watch: JobWatch | None, value: Any) -> bool:
@@ -108,11 +132,14 @@ class ProgressStage:
         return watch is not None or role in (None, Role.PROGRESS.value, Role.TOPOLOGY.value)
 
     def fold(self, watch: JobWatch | None, signal: Signal) -> JobWatch | None:
+        old = watch.progress if watch else None
         state = progress.observe(
-            watch.progress if watch else None, signal, self.clock.stamp(signal), utcnow()
+            old, signal, self.clock.stamp(signal), utcnow(), track_clock=self.clock.mode == "event"
         )
         if state is None:
             return None
+        if state is old:
+            return watch  # nothing changed: no table write
         if watch is None:
             return JobWatch(progress=state)
         if state.attempt != watch.progress.attempt:
@@ -147,7 +174,7 @@ class ProgressStage:
         await self.t.signals_job.send(key=job_id.encode(), value=signal)
         log.info("hang: job %s %s", job_id, signal.summary)
         watch = watch.model_copy(update={"progress": progress.mark_reported(watch.progress, finding)})
-        self.table[job_id] = codec.loads(codec.dumps(watch))
+        self.save(job_id, watch)
 
     async def send_ticks(self) -> None:
         """Timer body (reads only): a tick for each job whose silence is due."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from unittest.mock import AsyncMock
 
@@ -37,8 +39,14 @@ SENT_TOPICS = (
 )
 
 
+@dataclass
+class Harness:
+    pipe: Pipeline
+    sent: dict[str, list[tuple[bytes, Any]]]
+
+
 @pytest.fixture
-async def pipe(tmp_path):
+async def h(tmp_path: Path) -> Harness:
     run = uuid.uuid4().hex[:8]
     settings = Settings(
         app_id=f"test-{run}",
@@ -57,12 +65,11 @@ async def pipe(tmp_path):
     for name in SENT_TOPICS:
         topic = getattr(pipeline.topics, name)
 
-        async def record(key=None, value=None, _name=name, **_kw):
+        async def record(key: bytes = b"", value: Any = None, _name: str = name, **_kw: Any) -> None:
             sent[_name].append((key, value))
 
         topic.send = AsyncMock(side_effect=record)
-    pipeline.sent = sent  # type: ignore[attr-defined]
-    return pipeline
+    return Harness(pipeline, sent)
 
 
 def _d(value: Any) -> Any:
@@ -96,7 +103,7 @@ def _sample(gpu: int, at_s: float, **metrics: float) -> GpuTelemetry:
     )
 
 
-async def test_extract_routes_vector_metric_events_to_raw_telemetry_and_refuses_bad_ones(pipe: Pipeline):
+async def test_extract_routes_vector_metric_events_to_raw_telemetry_and_refuses_bad_ones(h: Harness) -> None:
     good = codec.dumps(
         {
             "name": "DCGM_FI_DEV_SM_CLOCK",
@@ -115,21 +122,21 @@ async def test_extract_routes_vector_metric_events_to_raw_telemetry_and_refuses_
             "histogram": {},
         }
     )
-    async with pipe.agents["extract"].test_context() as agent:
+    async with h.pipe.agents["extract"].test_context() as agent:
         await agent.put(good, key=b"gpu-02")
         await agent.put(histogram, key=b"gpu-02")
         await agent.put(kernel_xid("gpu-03", 79, T0), key=b"gpu-03")  # logs still flow
-    [(key, sample)] = pipe.sent["raw_telemetry"]
+    [(key, sample)] = h.sent["raw_telemetry"]
     assert key == b"gpu-02" and isinstance(sample, GpuTelemetry)
     assert sample.metrics == {"DCGM_FI_DEV_SM_CLOCK": 1410.0} and sample.job_id == "42"
-    [(_, letter)] = pipe.sent["dlq"]
+    [(_, letter)] = h.sent["dlq"]
     assert letter.reason == "unsupported_metric"
-    assert [s.rule for _, s in pipe.sent["signals_node"]] == ["gpu.xid"]
+    assert [s.rule for _, s in h.sent["signals_node"]] == ["gpu.xid"]
 
 
-async def test_progress_agent_reports_a_silent_job_once_as_a_hang_signal_on_its_job(pipe: Pipeline):
-    stage = pipe.agents["progress_stage"]
-    async with pipe.agents["progress"].test_context() as agent:
+async def test_progress_agent_reports_a_silent_job_once_as_a_hang_signal_on_its_job(h: Harness) -> None:
+    stage = h.pipe.agents["progress_stage"]
+    async with h.pipe.agents["progress"].test_context() as agent:
         for i in range(6):
             await agent.put(_d(_progress("42", (i + 1) * 10, i * 60.0)), key=b"42")
         # the job's clock moves 30 minutes on (NCCL watchdog timeouts), with no progress since
@@ -139,38 +146,38 @@ async def test_progress_agent_reports_a_silent_job_once_as_a_hang_signal_on_its_
         await agent.put(_d(timeout), key=b"42")
         await agent.put(_d(_progress("43", 10, 1800.0)), key=b"43")  # another job: its own clock
         await stage.send_ticks()
-        ticks = [k for k, _ in pipe.sent["ticks_progress"]]
+        ticks = [k for k, _ in h.sent["ticks_progress"]]
         assert ticks == [b"42"]  # job 43 has just started
         await agent.put({"tick": True}, key=b"42")
         await agent.put({"tick": True}, key=b"42")  # a second tick reports nothing new
-    [(key, hang)] = pipe.sent["signals_job"]
+    [(key, hang)] = h.sent["signals_job"]
     assert key == b"42" and isinstance(hang, Signal)
     assert hang.rule == progress.HANG_RULE and hang.role == Role.ROOT_CANDIDATE and hang.job_id == "42"
     assert hang.category == Category.UNKNOWN and hang.attrs["step"] == 60
     assert hang.attrs["nccl_timeouts"] == 1 and "NCCL watchdog" in hang.summary
 
 
-async def test_progress_agent_does_not_tick_a_job_that_keeps_progressing(pipe: Pipeline):
-    stage = pipe.agents["progress_stage"]
-    async with pipe.agents["progress"].test_context() as agent:
+async def test_progress_agent_does_not_tick_a_job_that_keeps_progressing(h: Harness) -> None:
+    stage = h.pipe.agents["progress_stage"]
+    async with h.pipe.agents["progress"].test_context() as agent:
         for i in range(6):
             await agent.put(_d(_progress("42", (i + 1) * 10, i * 60.0)), key=b"42")
         await stage.send_ticks()
-    assert pipe.sent["ticks_progress"] == []
-    assert pipe.sent["signals_job"] == []
+    assert h.sent["ticks_progress"] == []
+    assert h.sent["signals_job"] == []
 
 
-async def test_progress_agent_dead_letters_a_malformed_signal_and_keeps_going(pipe: Pipeline):
-    async with pipe.agents["progress"].test_context() as agent:
+async def test_progress_agent_dead_letters_a_malformed_signal_and_keeps_going(h: Harness) -> None:
+    async with h.pipe.agents["progress"].test_context() as agent:
         await agent.put({"signal_id": "x", "rule": "progress.megatron_iteration"}, key=b"42")
         await agent.put(_d(_progress("42", 10, 0.0)), key=b"42")
-    [(_, letter)] = pipe.sent["dlq"]
+    [(_, letter)] = h.sent["dlq"]
     assert letter.stage == "progress" and letter.reason == "invalid_record"
-    assert pipe.tables["job_progress"].get("42") is not None
+    assert h.pipe.tables["job_progress"].get("42") is not None
 
 
-async def test_gpu_health_agent_reports_a_thermally_throttled_gpu_once_as_a_node_fact(pipe: Pipeline):
-    async with pipe.agents["gpu_health"].test_context() as agent:
+async def test_gpu_health_agent_reports_a_thermally_throttled_gpu_once_as_a_node_fact(h: Harness) -> None:
+    async with h.pipe.agents["gpu_health"].test_context() as agent:
         for minute in range(12):
             for gpu in range(4):
                 hot = gpu == 1 and minute >= 3
@@ -182,14 +189,14 @@ async def test_gpu_health_agent_reports_a_thermally_throttled_gpu_once_as_a_node
                     _d(_sample(gpu, minute * 60.0, DCGM_FI_DEV_SM_CLOCK=1150.0 if hot else 1980.0)),
                     key=b"gpu-02",
                 )
-    [(key, signal)] = pipe.sent["signals_node"]
+    [(key, signal)] = h.sent["signals_node"]
     assert key == b"gpu-02" and signal.rule == straggler.STRAGGLER_GPU_RULE
     assert (signal.node, signal.gpu, signal.category) == ("gpu-02", "00000000:0B:00.0", Category.HARDWARE_GPU)
     assert signal.decisive and signal.isolation == "gpu" and signal.job_id is None
-    assert pipe.sent["dlq"] == []
+    assert h.sent["dlq"] == []
 
 
-async def test_gpu_health_agent_opens_a_degrading_incident_and_publishes_snapshots(pipe: Pipeline):
+async def test_gpu_health_agent_opens_a_degrading_incident_and_publishes_snapshots(h: Harness) -> None:
     remap_failure = Signal(
         signal_id="xid64",
         rule="gpu.xid",
@@ -203,23 +210,23 @@ async def test_gpu_health_agent_opens_a_degrading_incident_and_publishes_snapsho
         attrs={"code": 64},
         text="NVRM: Xid (PCI:0000:3b:00): 64, ...",
     )
-    async with pipe.agents["gpu_health"].test_context() as agent:
+    async with h.pipe.agents["gpu_health"].test_context() as agent:
         await agent.put(_d(remap_failure), key=b"gpu-05")
         await agent.put(_d(remap_failure.model_copy(update={"signal_id": "xid64b"})), key=b"gpu-05")
-    incidents = [v for _, v in pipe.sent["incidents"]]
+    incidents = [v for _, v in h.sent["incidents"]]
     assert len(incidents) == 1
     inc = incidents[0]
     assert isinstance(inc, Incident) and inc.kind == IncidentKind.DEGRADING
     assert inc.job_id == "node:gpu-05" and inc.culprit is not None and inc.culprit.gpu == "0000:3b:00"
-    snapshots = [v for _, v in pipe.sent["health_nodes"]]
+    snapshots = [v for _, v in h.sent["health_nodes"]]
     assert snapshots and snapshots[0].node == "gpu-05" and snapshots[0].degrading
     assert snapshots[-1].score < snapshots[0].score
 
 
-async def test_gpu_health_agent_dead_letters_unreadable_telemetry(pipe: Pipeline):
-    async with pipe.agents["gpu_health"].test_context() as agent:
+async def test_gpu_health_agent_dead_letters_unreadable_telemetry(h: Harness) -> None:
+    async with h.pipe.agents["gpu_health"].test_context() as agent:
         await agent.put({"time": "yesterday", "node": "gpu-02"}, key=b"gpu-02")
         await agent.put(_d(_sample(0, 0.0, DCGM_FI_DEV_SM_CLOCK=1980.0)), key=b"gpu-02")
-    [(_, letter)] = pipe.sent["dlq"]
+    [(_, letter)] = h.sent["dlq"]
     assert letter.stage == "gpu_health"
-    assert pipe.tables["gpu_pace"].get("gpu-02") is not None
+    assert h.pipe.tables["gpu_pace"].get("gpu-02") is not None

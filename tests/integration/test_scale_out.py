@@ -27,6 +27,7 @@ from benchmarks.bench_scale import (
     MixScenario,
     WorkerProc,
     assigned,
+    delete_topics,
     mix,
     produce,
     wait_split,
@@ -118,6 +119,7 @@ def test_topics_are_created_with_three_replicas_and_a_majority_min_isr(cluster):
     res = ConfigResource("topic", cat.raw_logs.name)
     configs = client.describe_configs([res])[res].result(timeout=10)
     assert configs["min.insync.replicas"].value == "2"
+    delete_topics(bootstrap, cat)
 
 
 def test_broker_loss_and_worker_kill9_lose_and_duplicate_no_incident(cluster, tmp_path):
@@ -168,6 +170,7 @@ def test_broker_loss_and_worker_kill9_lose_and_duplicate_no_incident(cluster, tm
         out.consumer.close()
         if broker_stopped:
             kc.start_broker(STOPPED_BROKER)
+        delete_topics(bootstrap, cat)
     logs = f"A (owned {a_parts}):\n{a.text()[-2000:]}\nB:\n{b.text()[-2000:]}"
 
     incidents = [Incident.model_validate(v) for v in out.of(".incidents")]

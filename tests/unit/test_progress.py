@@ -40,7 +40,7 @@ def sig(
         node=node,
         job_id=job,
         rank=rank,
-        attrs=a,  # type: ignore[arg-type]
+        attrs=a,
         text="t",
     )
 
@@ -207,14 +207,21 @@ def test_lines_without_a_step_each_count_as_one_interval():
 
 
 def test_the_jobs_event_clock_is_its_newest_event_run_on_by_the_wall_clock():
-    state = fold(steady(60.0, 5))
-    state = observe(state, sig(Role.CASCADE, at=900, rule="nccl.watchdog_timeout"), at(900), wall=at(50))
-    assert state is not None
-    assert state.event_now(at(50)) == at(900)
-    assert state.event_now(at(60)) == at(910)
-    assert check(state, state.event_now(at(50)), CFG) is not None  # 660 s silent on the job's clock
+    late = observe(
+        fold(steady(60.0, 5)), sig(Role.CASCADE, at=900, rule="nccl.watchdog_timeout"), at(900), at(50)
+    )
+    assert late is not None
+    assert late.event_now(at(50)) == at(900)
+    assert late.event_now(at(60)) == at(910)
+    assert check(late, late.event_now(at(50)), CFG) is not None  # 660 s silent on the job's clock
 
 
 def test_a_framework_saying_training_finished_ends_the_watch():
     state = fold([*steady(60.0, 5), sig(at=260, rule="progress.lightning_fit_stopped")])
     assert state.ended and check(state, at(99_999), CFG) is None
+
+
+def test_a_signal_that_changes_nothing_returns_the_very_same_state():
+    state = fold([*steady(60.0, 5), sig(Role.ROOT_CANDIDATE, at=250, rule="gpu.xid")])
+    again = sig(Role.CASCADE, at=260, rule="scheduler.srun_task_exit")
+    assert observe(state, again, again.event_time, track_clock=False) is state

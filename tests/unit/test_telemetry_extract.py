@@ -107,7 +107,9 @@ def test_host_falls_back_to_the_instance_tag_then_the_record_key():
         (metric(tags={k: v for k, v in TAGS.items() if k != "Hostname"}), "no_host"),
     ],
 )
-def test_metric_events_that_cannot_be_gpu_samples_are_refused_with_a_reason(record: bytes, reason: str):
+def test_metric_events_that_cannot_be_gpu_samples_are_refused_with_a_reason(
+    record: bytes, reason: str
+) -> None:
     with pytest.raises(BadRecord) as err:
         parse_metric(record, key_host=None)
     assert err.value.reason == reason
