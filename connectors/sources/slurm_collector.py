@@ -47,6 +47,7 @@ from connectors.sources.slurm_snapshot import (
 from schemas import codec
 from schemas.base import utcnow
 from schemas.collector import Reach
+from schemas.jobs import JobInfo
 from schemas.raw import SickbayLineRecord
 
 log = logging.getLogger("sickbay.collect.slurm")
@@ -198,9 +199,14 @@ class SlurmCollector:
         from_start: bool = False,
         use_sacct: bool = True,
         clock: Callable[[], datetime] = utcnow,
+        jobs_topic: str | None = None,
+        cluster: str = "default",
     ) -> None:
         self.sink = sink
         self.topic = topic
+        self.jobs_topic = jobs_topic  # JobInfo (partition, comment) for the decide step's policy
+        self.cluster = cluster
+        self._job_facts: dict[int, tuple[str, str, int | None]] = {}
         self.run_cmd = run
         self.host = controller_host or socket.gethostname()
         self.log_path = log_path
@@ -295,12 +301,35 @@ class SlurmCollector:
             self.coverage.problem(f"squeue --json: {p}")
         for ch in diff_jobs(self._jobs, jobs, now):
             self._emit_change(ch)
+        self._publish_job_facts(jobs, now)
         if self._jobs is None:  # jobs already over at start-up were reported before we came
             for job in jobs.values():
                 if job.terminal:
                     self._mark_ended(str(job.job_id))
         self._jobs = jobs
         return True
+
+    def _publish_job_facts(self, jobs: dict[int, SqueueJob], now: datetime) -> None:
+        """A JobInfo when a job appears or its partition/comment/size changes (not every poll)."""
+        if self.jobs_topic is None:
+            return
+        for job_id, job in jobs.items():
+            facts = (job.partition, job.comment, job.node_count)
+            if self._job_facts.get(job_id) == facts:
+                continue
+            self._job_facts[job_id] = facts
+            info = JobInfo(
+                job_id=str(job_id),
+                cluster=self.cluster,
+                scheduler="slurm",
+                partition=job.partition or None,
+                comment=job.comment[:8192] or None,
+                num_nodes=job.node_count,
+                time=now,
+            )
+            self.sink.produce(self.jobs_topic, codec.dumps(info), key=str(job_id).encode())
+        for gone in set(self._job_facts) - set(jobs):
+            del self._job_facts[gone]
 
     def _poll_nodes(self, now: datetime) -> bool:
         raw = self._read(["sinfo", "--json"])

@@ -55,6 +55,8 @@ class SqueueJob(_SlurmModel):
     job_state: str
     nodes: str = ""
     partition: str = ""
+    comment: str = ""  # may carry the job's own recovery policy ({"APS": {...}})
+    node_count: int | None = None
     state_reason: str = ""
     start_time: int | None = None
     end_time: int | None = None
@@ -70,7 +72,14 @@ class SqueueJob(_SlurmModel):
         return v[0] if isinstance(v, list) and v else v
 
     @field_validator(
-        "start_time", "end_time", "restart_cnt", "cpus", "array_job_id", "array_task_id", mode="before"
+        "start_time",
+        "end_time",
+        "restart_cnt",
+        "cpus",
+        "array_job_id",
+        "array_task_id",
+        "node_count",
+        mode="before",
     )
     @classmethod
     def _number(cls, v: Any) -> Any:

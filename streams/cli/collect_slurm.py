@@ -41,6 +41,8 @@ def collect_slurm(
         log_path=log_file,
         from_start=from_start,
         use_sacct=sacct,
+        jobs_topic=s.topics.topology_jobs.name,
+        cluster=s.cluster,
     )
     cov = col.coverage
     reporter = Reporter("slurm", prod, s.topics.raw_logs.name, cov.reached, cov.counts, report_every, host=me)

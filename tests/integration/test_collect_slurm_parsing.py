@@ -154,3 +154,42 @@ def test_a_job_that_fails_is_requeued_and_fails_again_reports_both_ends():
         "_job_complete: JobId=7 WEXITSTATUS 1",
     ]
     assert any("JobState=NODE_FAIL" in line for line in sink.lines)
+
+
+def test_job_facts_with_the_users_aps_comment_are_published_once_per_change():
+    import subprocess
+
+    from connectors.sources.slurm_collector import SlurmCollector
+    from schemas.jobs import JobInfo
+    from streams.decide.policy_config import PolicyFile
+
+    aps = '{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 1}}'
+    job = {"job_id": 9, "job_state": "RUNNING", "nodes": "gpu-01", "partition": "gpu", "comment": aps}
+    answers = iter([_squeue(job), _squeue(job), _squeue({**job, "partition": "big"}), _squeue()])
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        out = next(answers) if argv[0] == "squeue" else codec.dumps({"errors": [], "nodes": []}).decode()
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    produced: list[tuple[str, bytes]] = []
+
+    class Sink:
+        def produce(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+            produced.append((topic, value))
+
+    col = SlurmCollector(
+        Sink(),
+        "raw",
+        run,
+        controller_host="ctl",
+        use_sacct=False,
+        clock=lambda: NOW,
+        jobs_topic="jobs",
+        cluster="c1",
+    )
+    for _ in range(4):
+        col.poll_once()
+    infos = [JobInfo.model_validate_json(v) for t, v in produced if t == "jobs"]
+    assert [(i.job_id, i.partition, i.cluster) for i in infos] == [("9", "gpu", "c1"), ("9", "big", "c1")]
+    policy, notes = PolicyFile().resolve("c1", infos[0].partition, infos[0])
+    assert (policy.max_requeue_times, notes) == (1, [])  # the decide step reads the comment as NVIDIA's does
