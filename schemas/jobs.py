@@ -15,9 +15,12 @@ from schemas.base import Contract, UtcDatetime
 
 
 class JobInfo(Contract):
+    """Partial facts are fine: a consumer merges a record's non-empty fields onto what it knew
+    (the correlator publishes only ``last_checkpoint_at``; a collector only scheduler facts)."""
+
     job_id: str = Field(min_length=1, max_length=256)
     cluster: str = "default"
-    scheduler: str = "slurm"  # "slurm" | "kubernetes"
+    scheduler: str | None = None  # "slurm" | "kubernetes"; None: this record does not say
     partition: str | None = None  # Slurm partition, or the Kubernetes namespace
     namespace: str | None = None
     workload_kind: str | None = None  # schemas.actions.WorkloadKind value for Kubernetes workloads

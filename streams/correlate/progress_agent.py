@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schemas.base import utcnow
+from schemas.jobs import JobInfo
 from schemas.signals import Role, Signal
 from schemas.topics import TABLE_JOB_PROGRESS
 from streams.correlate import progress, straggler
@@ -116,6 +117,10 @@ class ProgressStage:
         except ValidationError as exc:
             await dead_letter_event(self.t.dlq, "progress", event, job_id, exc)
             return
+        if signal.role == Role.PROGRESS and "checkpoint_saved" in signal.rule:
+            # The decide step counts failures since the last checkpoint: tell it one was written.
+            info = JobInfo(job_id=job_id, last_checkpoint_at=signal.event_time, time=utcnow())
+            await self.t.topology_jobs.send(key=job_id.encode(), value=info)
         new = self.fold(watch, signal)
         if new is not None:
             new = await self.check_rank_pace(new, signal)

@@ -168,17 +168,20 @@ class DecideStep:
         await t.audit.send(key=incident.incident_id.encode(), value=decision)
 
     def job_info(self, info: JobInfo) -> None:
+        """Merge what this record says (its non-empty fields) onto what was known; checkpoints only
+        move forward. Producers serialise every field, so "not said" is an empty value."""
         record = self.record_of(info.job_id)
         old = record.info
-        if old is not None and old.time > info.time:
-            return  # an older observation arriving late
-        if (
-            old is not None
-            and old.last_checkpoint_at
-            and (info.last_checkpoint_at is None or info.last_checkpoint_at < old.last_checkpoint_at)
-        ):
-            info = info.model_copy(update={"last_checkpoint_at": old.last_checkpoint_at})
-        record.info = info
+        if old is None:
+            record.info = info
+        else:
+            newer = info.time >= old.time
+            given = {k: v for k in JobInfo.model_fields if (v := getattr(info, k)) not in (None, {}, "")}
+            update = {k: v for k, v in given.items() if newer or getattr(old, k) in (None, {}, "")}
+            ckpts = [t for t in (old.last_checkpoint_at, info.last_checkpoint_at) if t is not None]
+            update["last_checkpoint_at"] = max(ckpts) if ckpts else None
+            update["time"] = max(old.time, info.time)
+            record.info = old.model_copy(update=update)
         self.jobs[info.job_id] = record.model_dump(mode="json")
 
     async def isolation(self, req: IsolationRequest) -> None:

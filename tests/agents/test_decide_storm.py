@@ -151,3 +151,50 @@ async def test_a_storm_of_hundreds_of_failing_nodes_never_drains_more_than_the_c
     decisions = [r for r in audit if r.event == "decision"]
     assert len(decisions) == len(incidents)
     assert {d.details["mode_source"] for d in decisions} == {"storm/*/* by test"}
+
+
+async def test_job_facts_merge_and_a_checkpoint_from_the_correlator_resets_the_restart_budget(pipe: Pipeline):
+    from schemas.jobs import JobInfo
+
+    step = pipe.services["decide"]
+    now = datetime.now(UTC)
+    aps = '{"APS": {"max_requeue_times": 1}}'
+
+    def failure(n: int, at: datetime) -> Incident:
+        return Incident(
+            incident_id=f"inc-j7-{n}",
+            revision=1,
+            cluster="storm",
+            job_id="7",
+            attempt=n,
+            status=IncidentStatus.OPEN,
+            category=Category.INFRASTRUCTURE,
+            root_cause=RootCause(
+                rule="infra.enospc", summary="disk full", signal_id=f"s{n}", event_time=at, text="x"
+            ),
+            restartable=True,
+            confidence=0.9,
+            opened_at=at,
+            updated_at=at,
+            first_signal_time=at,
+        )
+
+    async with pipe.agents["job-info"].test_context() as agent:
+        collector = JobInfo(
+            job_id="7", cluster="storm", scheduler="slurm", partition="gpu", comment=aps, time=now
+        )
+        await agent.put(codec.loads(codec.dumps(collector)), key=b"7")
+    async with pipe.agents["decide"].test_context() as agent:
+        for n in (1, 2):
+            await agent.put(codec.loads(codec.dumps(failure(n, now))), key=b"7")
+    async with pipe.agents["job-info"].test_context() as agent:  # the correlator saw a checkpoint
+        ckpt = JobInfo(job_id="7", last_checkpoint_at=datetime.now(UTC), time=datetime.now(UTC))
+        await agent.put(codec.loads(codec.dumps(ckpt)), key=b"7")
+    async with pipe.agents["decide"].test_context() as agent:
+        await agent.put(codec.loads(codec.dumps(failure(3, datetime.now(UTC)))), key=b"7")
+
+    rules = [r.details["policy_rule"] for _, r in pipe.sent["audit"] if r.event == "decision"]  # type: ignore[attr-defined]
+    assert rules == ["restart", "stop-budget", "restart"]  # APS budget 1, then reset by the checkpoint
+    info = step.record_of("7").info
+    assert (info.partition, info.comment, info.scheduler) == ("gpu", aps, "slurm")  # kept through the merge
+    assert info.last_checkpoint_at is not None

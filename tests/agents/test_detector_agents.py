@@ -24,6 +24,7 @@ from streams.settings import Settings
 from tests.factories import T0, kernel_xid
 
 SENT_TOPICS = (
+    "topology_jobs",
     "signals_node",
     "signals_job",
     "ticks_progress",
@@ -165,6 +166,20 @@ async def test_progress_agent_does_not_tick_a_job_that_keeps_progressing(h: Harn
         await stage.send_ticks()
     assert h.sent["ticks_progress"] == []
     assert h.sent["signals_job"] == []
+
+
+async def test_a_saved_checkpoint_is_published_as_the_jobs_last_checkpoint_for_the_decide_step(
+    h: Harness,
+) -> None:
+    saved = _progress("42", 2000, 600.0).model_copy(
+        update={"signal_id": "ck", "rule": "progress.megatron_checkpoint_saved"}
+    )
+    async with h.pipe.agents["progress"].test_context() as agent:
+        await agent.put(_d(_progress("42", 1990, 590.0)), key=b"42")
+        await agent.put(_d(saved), key=b"42")
+    [(key, info)] = h.sent["topology_jobs"]
+    assert key == b"42" and info.last_checkpoint_at == saved.event_time
+    assert (info.partition, info.scheduler, info.comment) == (None, None, None)  # says only the checkpoint
 
 
 async def test_progress_agent_dead_letters_a_malformed_signal_and_keeps_going(h: Harness) -> None:
