@@ -66,10 +66,14 @@ def collect_kubernetes(
 ) -> None:
     """Watch Events, Pods, Nodes, PyTorchJobs, TrainJobs, Kueue Workloads → raw-logs + topology topics."""
     import logging
+    import socket
     import sys
 
     from connectors.kafka import ReliableProducer
     from connectors.sources.kubernetes_watch import KubeWatchCollector, Offsets, Topics, make_async_client
+    from schemas import codec
+    from schemas.base import utcnow
+    from schemas.collector import CollectorReport, Reach
 
     s = Settings()
     logging.basicConfig(level=s.log_level.upper(), stream=sys.stderr)
@@ -84,13 +88,30 @@ def collect_kubernetes(
         s.topics.raw_logs.name,
         s.topics.topology_node.name,
         s.topics.topology_jobs.name,
-        None,
+        s.topics.signals_job.name,
     )
     collector = KubeWatchCollector(client, producer, topics, store, cluster=s.cluster, namespace=namespace)
+    started = utcnow()
     try:
         coverage = asyncio.run(collector.run(stop_after_s=stop_after, idle_exit_s=idle_exit))
     except RuntimeError as exc:
         fail(str(exc), 1)
+    report = CollectorReport(
+        collector="kubernetes",
+        host=socket.gethostname(),
+        time=utcnow(),
+        started=started,
+        final=True,
+        reached=[
+            Reach(kind="api", target=kind, ok=state == "watching", state=state.split(" ", 1)[0], detail=state)
+            for kind, state in sorted(coverage.kinds.items())
+        ],
+        broker_reachable=producer.mode == "direct" and not producer.broker_down,
+        producer_mode=producer.mode,
+        counts={"records": coverage.records, "assignments": coverage.assignments, "jobs": coverage.jobs},
+    )
+    producer.produce(s.topics.collector_reports.name, codec.dumps(report), key=(report.host or "-").encode())
+    producer.flush(10)
     typer.echo(
         json.dumps(
             {
