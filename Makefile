@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 .DEFAULT_GOAL := help
 
 help: ## Show the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ dev-status: ## Show the local stack
 demo: venv ## One GPU fault end to end on real Kafka, Faust, Slurm and ClickHouse (chdb)
 	$(VENV)/bin/sickbay demo
 
+demo-k8s: venv ## The same fault on a real kube-apiserver: PyTorchJob restarted away from a cordoned node
+	$(VENV)/bin/sickbay demo --scheduler kubernetes
+
 test: venv ## Lint, type-check and run every test (starts the local stack when needed)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy schemas streams connectors
@@ -60,7 +63,7 @@ clean: ## Remove the venv and local state (keeps the download cache)
 	-bash deploy/local/stack.sh down
 	rm -rf $(VENV) .cache/stack
 
-.PHONY: help venv dev-up dev-down kube-up kube-down dev-status demo test test-unit lint bench bench-extract clean
+.PHONY: help venv dev-up dev-down kube-up kube-down dev-status demo demo-k8s test test-unit lint bench bench-extract clean
 
 SCORE_ARGS ?=
 score: venv ## Scoreboard: 1,000 seeded simulator scenarios through diagnose and the stream (RESULTS.md)

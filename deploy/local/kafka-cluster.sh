@@ -257,6 +257,11 @@ cmd_up() {
 cmd_down() {
     local n
     with_lock
+    # SIGTERM to all at once: stopped one by one, the last broker's controlled shutdown waits
+    # for a controller quorum that is already gone.
+    for n in "${NODES[@]}"; do
+        if is_running "${n}"; then kill -TERM "$(read_pid "${n}")" 2>/dev/null || true; fi
+    done
     for n in "${NODES[@]}"; do stop_node "${n}" TERM; done
     if [[ "${1:-}" == "--purge" ]]; then
         rm -rf "${CLUSTER_HOME}"

@@ -353,3 +353,29 @@ def test_a_fault_after_the_restart_is_a_new_attempt_and_moves_the_job_again(
     actions = _models(story, cat.actions.name, Action, lambda a: len(a) >= 4)
     requeues = [a for a in actions if a.kind.value == "requeue_job"]
     assert [a.exclude_nodes for a in requeues] == [[first_culprit], [second_culprit]]
+
+
+def test_demo_on_kubernetes_exits_0_and_reports_its_timings_as_json(
+    kafka_bootstrap: str, kubeconfig: Path
+) -> None:
+    env = {**os.environ, "SICKBAY_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    proc = subprocess.run(
+        [sys.executable, "-m", "streams.cli.main", "demo", "--scheduler", "kubernetes"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        timeout=400,
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    summary = codec.loads(proc.stdout.strip().splitlines()[-1])
+    assert (summary["demo"], summary["scheduler"], summary["mode"]) == ("ok", "kubernetes", "act")
+    assert 0 < summary["fault_to_cordon_s"] < DEADLINE_S and 0 < summary["fault_to_restart_s"] < DEADLINE_S
+    for line in (
+        "[ok] gpu-03 cordoned and tainted sickbay.io/quarantine",
+        "[ok] PyTorchJob requires hostname NotIn [gpu-03] on every replica",
+        "[ok] incident stored in ClickHouse",
+    ):
+        assert line in output
