@@ -2,6 +2,7 @@
 
 The floors are regression guards set just under today's measured scores (see
 benchmarks/RESULTS.md for the numbers); raise them when attribution improves.
+Last measured: category 65/82, hardware_gpu 9/10, restartable 66/82, isolate 77/82.
 Never a false isolation: draining a healthy node is the one mistake we refuse.
 """
 
@@ -37,20 +38,20 @@ def test_the_corpus_is_the_82_labelled_cases(outcomes):
 
 
 def test_category_accuracy_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.75, table(outcomes)
+    assert _rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.79, table(outcomes)
 
 
 def test_hardware_gpu_failures_are_recognised(outcomes):
     gpu = [o for o in outcomes if o.want_category == "hardware_gpu"]
-    assert _rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.8, table(outcomes)
+    assert _rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.85, table(outcomes)
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.75, table(outcomes)
+    assert _rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.80, table(outcomes)
 
 
 def test_isolation_advice_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.9, table(outcomes)
+    assert _rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.93, table(outcomes)
 
 
 def test_no_healthy_node_is_ever_isolated(outcomes):
