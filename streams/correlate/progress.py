@@ -44,7 +44,13 @@ MAX_NCCL_RANKS = 64
 MAX_NCCL_COUNT = 100_000
 HANG_RULE = "hang.no_progress"
 OWN_RULES = ("hang.", "straggler.")
-NCCL_TIMEOUT_RULES = ("nccl.watchdog_timeout", "nccl.watchdog_exception", "nccl.watchdog_terminated")
+NCCL_TIMEOUT_RULES = (
+    "nccl.watchdog_timeout",
+    "nccl.watchdog_exception",
+    "nccl.watchdog_terminated",
+    "nccl.watchdog_setup_barrier_timeout",
+    "nccl.blocking_wait_timeout",
+)
 JOB_ENDING_RULES = ("slurm.job_complete", "slurm.job_requeued")
 JOB_STARTING_RULES = ("slurm.job_allocated", "slurm.job_started_backfill")
 # the framework says training is over (rules in progress_frameworks.toml)
