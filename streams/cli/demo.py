@@ -440,8 +440,38 @@ def show_actions(demo: Demo) -> None:
         demo.check("observe mode: the job was not requeued", info.get("Restarts") == "0")
 
 
+def _sink_caught_up(demo: Demo, timeout_s: float = 90.0) -> None:
+    """Wait until the sink has committed everything on the incident and result topics (a loaded
+    machine may still be starting it): its committed offsets against the log ends, from the broker."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from connectors.kafka import consumer_config
+
+    s = demo.settings
+    topics = (s.topics.incidents.name, s.topics.action_results.name)
+    probe = Consumer(consumer_config(s.kafka_bootstrap, f"{s.topic_prefix}-sink", "sickbay-demo-probe"))
+
+    def caught_up() -> bool:
+        meta = probe.list_topics(timeout=5).topics
+        parts = [TopicPartition(t, p) for t in topics for p in meta[t].partitions]
+        committed = {(tp.topic, tp.partition): tp.offset for tp in probe.committed(parts, timeout=5)}
+        for tp in parts:
+            _low, high = probe.get_watermark_offsets(tp, timeout=5)
+            if high > max(0, committed.get((tp.topic, tp.partition), 0)):
+                return False
+        return True
+
+    try:
+        wait_for("the ClickHouse sink to catch up", caught_up, timeout_s=timeout_s, interval_s=0.5)
+    except TimeoutError as exc:
+        say(f"  {exc}")
+    finally:
+        probe.close()
+
+
 def query_store(demo: Demo, incident: Incident) -> None:
     step("7. ClickHouse (chdb, embedded) over the stored incident")
+    _sink_caught_up(demo)
     demo.stop("sink")  # chdb allows one process per store: the sink flushes and lets go
     from connectors.sinks.clickhouse_schema import get_client
 
