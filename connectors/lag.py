@@ -10,15 +10,19 @@ scraped (at most every ``cache_s``), so one API process shows the lag of all sta
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+log = logging.getLogger("sickbay.lag")
 
 
 @dataclass(frozen=True)
@@ -46,31 +50,32 @@ class GroupLagCollector(Collector):
         self._lock = threading.Lock()
         self._at = 0.0
         self._cached: tuple[bool, list[tuple[str, str, int, int]]] = (False, [])
+        self._admin: AdminClient | None = None
+        self._probe: Consumer | None = None
+
+    def _clients(self) -> tuple[AdminClient, Consumer]:
+        """One admin client and one probe consumer for the collector's life: librdkafka clients are
+        costly to make, and their teardown chatter would land on stderr outside the JSON logs."""
+        if self._admin is None or self._probe is None:
+            common: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": log}
+            self._admin = AdminClient(common)
+            self._probe = Consumer({**common, "group.id": "sickbay-lag-probe", "enable.auto.commit": False})
+        return self._admin, self._probe
 
     def measure(self, timeout_s: float = 5.0) -> list[tuple[str, str, int, int]]:
         """(group, topic, partition, lag) for every partition a group has committed on."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        probe = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": "sickbay-lag-probe",
-                "enable.auto.commit": False,
-            }
-        )
+        admin, probe = self._clients()
         out: list[tuple[str, str, int, int]] = []
-        try:
-            for g in self.groups:
-                futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group)])
-                committed = futures[g.group].result(timeout=timeout_s).topic_partitions or []
-                for tp in committed:
-                    if tp.topic not in g.topics or tp.offset < 0:
-                        continue
-                    _low, high = probe.get_watermark_offsets(
-                        TopicPartition(tp.topic, tp.partition), timeout=timeout_s
-                    )
-                    out.append((g.group, tp.topic, tp.partition, max(0, high - tp.offset)))
-        finally:
-            probe.close()
+        for g in self.groups:
+            futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group)])
+            committed = futures[g.group].result(timeout=timeout_s).topic_partitions or []
+            for tp in committed:
+                if tp.topic not in g.topics or tp.offset < 0:
+                    continue
+                _low, high = probe.get_watermark_offsets(
+                    TopicPartition(tp.topic, tp.partition), timeout=timeout_s
+                )
+                out.append((g.group, tp.topic, tp.partition, max(0, high - tp.offset)))
         return out
 
     def _current(self) -> tuple[bool, list[tuple[str, str, int, int]]]:
