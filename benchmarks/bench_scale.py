@@ -84,7 +84,23 @@ class KafkaCluster:
             )
         bootstrap = self._run("bootstrap").stdout.strip()
         wait_for_broker(bootstrap, 60)
+        self.wait_brokers(bootstrap, 3)
         return bootstrap
+
+    @staticmethod
+    def wait_brokers(bootstrap: str, want: int, timeout_s: float = 90) -> None:
+        """Until ``want`` brokers are registered and unfenced: a broker that has just started may not be
+        yet, and a replication-factor-3 topic cannot be created without three."""
+        client = admin(bootstrap)
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        while time.monotonic() < deadline:
+            with contextlib.suppress(KafkaException):
+                seen = len(client.list_topics(timeout=5).brokers)
+                if seen >= want:
+                    return
+            time.sleep(0.5)
+        raise RuntimeError(f"only {seen} of {want} brokers registered after {timeout_s:.0f} s")
 
     def down(self) -> None:
         self._run("down")
@@ -98,6 +114,7 @@ class KafkaCluster:
         done = self._run("start-broker", str(n))
         if done.returncode != 0:
             raise RuntimeError(f"start-broker {n} failed:\n{done.stdout}\n{done.stderr}")
+        self.wait_brokers(self._run("bootstrap").stdout.strip(), 3)
 
 
 # -- the simulator mix -------------------------------------------------------------------------------
