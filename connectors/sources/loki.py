@@ -28,6 +28,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from connectors.sources.polling import poll_loop
 from connectors.sources.prometheus import Fetch, http_get
 from schemas import codec
 from schemas.collector import Reach
@@ -279,13 +280,4 @@ class LokiCollector:
         on_tick: Callable[[], None] | None = None,
         stop_after_s: float | None = None,
     ) -> None:
-        started = time.monotonic()
-        while not stop():
-            t0 = time.monotonic()
-            self.poll_once()
-            if on_tick is not None:
-                on_tick()
-            if stop_after_s is not None and time.monotonic() - started >= stop_after_s:
-                break
-            while not stop() and time.monotonic() - t0 < interval_s:
-                time.sleep(min(0.2, interval_s))
+        poll_loop(self.poll_once, interval_s, stop, on_tick=on_tick, stop_after_s=stop_after_s)

@@ -23,7 +23,6 @@ import http.client
 import logging
 import math
 import re
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -35,6 +34,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from connectors.sources.nvml.lines import change_lines
+from connectors.sources.polling import poll_loop
 from schemas import codec
 from schemas.base import utcnow
 from schemas.collector import Reach, TargetKind
@@ -361,13 +361,4 @@ class PrometheusCollector:
         on_tick: Callable[[], None] | None = None,
         stop_after_s: float | None = None,
     ) -> None:
-        started = time.monotonic()
-        while not stop():
-            t0 = time.monotonic()
-            self.scrape_once()
-            if on_tick is not None:
-                on_tick()
-            if stop_after_s is not None and time.monotonic() - started >= stop_after_s:
-                break
-            while not stop() and time.monotonic() - t0 < interval_s:
-                time.sleep(min(0.2, interval_s))
+        poll_loop(self.scrape_once, interval_s, stop, on_tick=on_tick, stop_after_s=stop_after_s)

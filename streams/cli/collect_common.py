@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 import typer
 
@@ -130,6 +131,45 @@ def reports_topic(raw_topic: str) -> str:
     """``<prefix>.collector.reports`` next to ``<prefix>.raw.logs`` / ``.raw.telemetry``."""
     prefix = raw_topic.rsplit(".raw.", 1)[0]
     return f"{prefix}.collector.reports"
+
+
+class Loop(Protocol):
+    def __call__(
+        self,
+        interval_s: float,
+        stop: Callable[[], bool],
+        *,
+        on_tick: Callable[[], None] | None = None,
+        stop_after_s: float | None = None,
+    ) -> None: ...
+
+
+def drive(
+    prod: ReliableProducer,
+    reporter: Reporter,
+    *,
+    once: Callable[[], object] | None,
+    loop: Loop,
+    interval_s: float,
+    stop_after_s: float | None,
+) -> tuple[CollectorReport, int]:
+    """Run a collector once (``once``) or until SIGTERM/SIGINT (``loop``), serving deliveries and
+    reports between rounds; then flush and publish the final report. Returns it and the number of
+    records neither delivered nor spooled."""
+    if once is not None:
+        once()
+    else:
+        from connectors.lifecycle import StopFlag
+
+        stop = StopFlag()
+
+        def tick() -> None:
+            prod.poll(0)
+            reporter.tick()
+
+        loop(interval_s, lambda: bool(stop), on_tick=tick, stop_after_s=stop_after_s)
+    left = prod.flush(30)
+    return reporter.final(), left
 
 
 def sources_reached(rep: CollectorReport) -> bool:

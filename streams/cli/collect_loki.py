@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from streams.cli.collect_common import Reporter, finish, producer, setup_logging, sources_reached
+from streams.cli.collect_common import Reporter, drive, finish, producer, setup_logging, sources_reached
 from streams.settings import Settings
 
 
@@ -27,7 +27,6 @@ def collect_loki(
     report_every: Annotated[float, typer.Option(help="seconds between coverage reports")] = 60.0,
 ) -> None:
     """Job logs already in Loki → raw-logs (as Loki push bodies: stream labels kept)."""
-    from connectors.lifecycle import StopFlag
     from connectors.sources.loki import LokiCollector
 
     s = Settings()
@@ -51,18 +50,14 @@ def collect_loki(
     )
     cov = col.coverage
     reporter = Reporter("loki", prod, s.topics.raw_logs.name, cov.reached, cov.counts, report_every)
-    if once:
-        col.poll_once()
-    else:
-        stop = StopFlag()
-
-        def tick() -> None:
-            prod.poll(0)
-            reporter.tick()
-
-        col.run(interval, lambda: bool(stop), on_tick=tick, stop_after_s=stop_after)
-    left = prod.flush(30)
-    rep = reporter.final()
+    rep, left = drive(
+        prod,
+        reporter,
+        once=col.poll_once if once else None,
+        loop=col.run,
+        interval_s=interval,
+        stop_after_s=stop_after,
+    )
     finish(prod, f"collect loki: {cov.lines} lines → {s.topics.raw_logs.name}", left)
     if not sources_reached(rep):
         raise typer.Exit(3)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from streams.cli.collect_common import Reporter, finish, producer, setup_logging, sources_reached
+from streams.cli.collect_common import Reporter, drive, finish, producer, setup_logging, sources_reached
 from streams.settings import Settings
 
 
@@ -26,7 +26,6 @@ def collect_slurm(
     report_every: Annotated[float, typer.Option(help="seconds between coverage reports")] = 60.0,
 ) -> None:
     """Slurm job and node state changes (slurmctld log, squeue/sinfo --json, sacct) → raw-logs."""
-    from connectors.lifecycle import StopFlag
     from connectors.sources.slurm_collector import SlurmCollector, slurm_runner
 
     s = Settings()
@@ -46,19 +45,19 @@ def collect_slurm(
     )
     cov = col.coverage
     reporter = Reporter("slurm", prod, s.topics.raw_logs.name, cov.reached, cov.counts, report_every, host=me)
-    if once:
+
+    def one_round() -> None:
         col.poll_once()
         col.tail_log()
-    else:
-        stop = StopFlag()
 
-        def tick() -> None:
-            prod.poll(0)
-            reporter.tick()
-
-        col.run(interval, lambda: bool(stop), on_tick=tick, stop_after_s=stop_after)
-    left = prod.flush(30)
-    rep = reporter.final()
+    rep, left = drive(
+        prod,
+        reporter,
+        once=one_round if once else None,
+        loop=col.run,
+        interval_s=interval,
+        stop_after_s=stop_after,
+    )
     finish(prod, f"collect slurm: {cov.records} records → {s.topics.raw_logs.name}", left)
     if not sources_reached(rep):
         raise typer.Exit(3)  # reached nothing at all: the report above says why

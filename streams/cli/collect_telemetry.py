@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from streams.cli.collect_common import Reporter, finish, producer, setup_logging, sources_reached
+from streams.cli.collect_common import Reporter, drive, finish, producer, setup_logging, sources_reached
 from streams.cli.errors import fail
 from streams.settings import Settings
 
@@ -27,7 +27,6 @@ def collect_prometheus(
     report_every: Annotated[float, typer.Option(help="seconds between coverage reports")] = 60.0,
 ) -> None:
     """GPU telemetry from dcgm-exporter text or PromQL → raw-telemetry (fault counter changes → raw-logs)."""
-    from connectors.lifecycle import StopFlag
     from connectors.sources.prometheus import PrometheusCollector
 
     s = Settings()
@@ -50,18 +49,14 @@ def collect_prometheus(
     reporter = Reporter(
         "prometheus", prod, topic, cov.reached, cov.counts, report_every, unmatched=cov.unmatched
     )
-    if once:
-        col.scrape_once()
-    else:
-        stop = StopFlag()
-
-        def tick() -> None:
-            prod.poll(0)
-            reporter.tick()
-
-        col.run(interval, lambda: bool(stop), on_tick=tick, stop_after_s=stop_after)
-    left = prod.flush(30)
-    rep = reporter.final()
+    rep, left = drive(
+        prod,
+        reporter,
+        once=col.scrape_once if once else None,
+        loop=col.run,
+        interval_s=interval,
+        stop_after_s=stop_after,
+    )
     finish(prod, f"collect prometheus: {cov.telemetry_records} GPU samples → {topic}", left)
     if not sources_reached(rep):
         raise typer.Exit(3)  # no target answered: the report above says why
@@ -77,7 +72,6 @@ def collect_nvml(
     report_every: Annotated[float, typer.Option(help="seconds between coverage reports")] = 60.0,
 ) -> None:
     """Node agent on NVML: GPU samples → raw-telemetry; Xid / ECC / row-remap / lost GPU → raw-logs."""
-    from connectors.lifecycle import StopFlag
     from connectors.sources.nvml.agent import NvmlAgent
     from connectors.sources.nvml.api import NvmlError, NvmlLibraryMissing
     from connectors.sources.nvml.nvml_binding import PynvmlApi
@@ -102,19 +96,19 @@ def collect_nvml(
         reporter = Reporter(
             "nvml", prod, topic, agent.reached, agent.coverage.counts, report_every, host=host
         )
-        if once:
+
+        def one_round() -> None:
             agent.sample_once()
             agent.wait_events(0)
-        else:
-            stop = StopFlag()
 
-            def tick() -> None:
-                prod.poll(0)
-                reporter.tick()
-
-            agent.run(interval, lambda: bool(stop), on_tick=tick, stop_after_s=stop_after)
-        left = prod.flush(30)
-        reporter.final()
+        _rep, left = drive(
+            prod,
+            reporter,
+            once=one_round if once else None,
+            loop=agent.run,
+            interval_s=interval,
+            stop_after_s=stop_after,
+        )
     finally:
         agent.close()
     finish(prod, f"collect nvml: {agent.coverage.samples} GPU samples → {topic}", left)
