@@ -25,6 +25,7 @@ is recognised by the adapter.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -259,6 +260,19 @@ def plan(
         out.rule = "isolate-node" if out.isolations else "node-no-action"
         return out  # a fault on a node no job was using: nothing to restart
 
+    return _restart_or_stop(incident, policy, record, out, make, now)
+
+
+def _restart_or_stop(
+    incident: Incident,
+    policy: JobPolicy,
+    record: JobRecord,
+    out: Plan,
+    make: Callable[..., Action],
+    now: datetime,
+) -> Plan:
+    """The job half of the advice: restart (with backoff), or stop and say why."""
+    info = record.info
     failure = record.remember(incident, now)
     recent = record.since_checkpoint()
     out.budget = {
@@ -299,6 +313,16 @@ def plan(
         stop_reason = f"{len(recent)} failures without a new checkpoint (budget {policy.max_requeue_times})"
         rule = "stop-budget"
 
+    if stop_reason is None and rule == "restart" and not _stops_the_job(incident, policy):
+        # No culprit to exclude and a root that does not say the job is dead or stuck (a lone Xid 13,
+        # a user's scancel): restarting a job that may still be running would make things worse.
+        out.rule = "no-restart-without-culprit"
+        out.notes.append(
+            f"not restarting: root cause {incident.root_cause.rule} names no culprit "
+            "and does not stop the job"
+        )
+        return out
+
     out.rule = rule
     if stop_reason is not None:
         out.notes.append(f"not restarting: {stop_reason}")
@@ -312,6 +336,13 @@ def plan(
         make(ActionKind.REQUEUE_JOB, incident.job_id, rule, exclude_nodes=isolate, backoff_s=wait)
     )
     return out
+
+
+def _stops_the_job(incident: Incident, policy: JobPolicy) -> bool:
+    """Whether the root cause means the job is dead or stuck (hang, NCCL watchdog) on its own."""
+    return incident.kind == IncidentKind.HANG or any(
+        incident.root_cause.rule.startswith(prefix) for prefix in policy.restart_in_place_rules
+    )
 
 
 def _degrading(

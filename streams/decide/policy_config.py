@@ -51,6 +51,10 @@ class JobPolicy(BaseModel):
         default=True, description="drain a node the health detector calls degrading (jobs on it finish first)"
     )
     restart_stragglers: bool = Field(default=False, description="restart a job whose straggler was found")
+    restart_in_place_rules: list[str] = Field(
+        default_factory=lambda: ["hang.", "nccl.watchdog", "nccl.blocking_wait"],
+        description="root rules (prefixes) that stop a job by themselves: restart even with no culprit",
+    )
     max_incident_age_s: float = Field(default=3600.0, gt=0, description="stale/replay guard")
     decision_deadline_s: float = Field(
         default=600.0, gt=0, description="attribution slower than this → fail open, no restart from us"

@@ -140,7 +140,9 @@ async def test_a_storm_of_hundreds_of_failing_nodes_never_drains_more_than_the_c
     restarts = [a for a in actions if a.kind == ActionKind.REQUEUE_JOB]
     assert len(drains) == CAP
     assert all(not a.dry_run for a in drains)  # the runtime mode change took effect
-    assert len(restarts) >= 0.8 * len(incidents)  # jobs still come back: restarts never wait on isolation
+    # Jobs with a culprit still come back at once: restarts never wait on the gate's verdict.
+    with_culprit = {r.job_id for _, r in pipe.sent["isolation_requests"]}  # type: ignore[attr-defined]
+    assert {a.job_id for a in restarts} == with_culprit and len(restarts) >= 100
     audit = [r for _, r in pipe.sent["audit"]]  # type: ignore[attr-defined]
     alerts = [r for r in audit if r.event == "valve.alert"]
     held = [r for r in audit if r.event == "action.held" and r.details.get("valve") == "blast_radius"]
@@ -170,7 +172,11 @@ async def test_job_facts_merge_and_a_checkpoint_from_the_correlator_resets_the_r
             status=IncidentStatus.OPEN,
             category=Category.INFRASTRUCTURE,
             root_cause=RootCause(
-                rule="infra.enospc", summary="disk full", signal_id=f"s{n}", event_time=at, text="x"
+                rule="nccl.watchdog_timeout",
+                summary="NCCL watchdog",
+                signal_id=f"s{n}",
+                event_time=at,
+                text="x",
             ),
             restartable=True,
             confidence=0.9,

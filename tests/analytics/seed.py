@@ -181,7 +181,7 @@ def build() -> Fleet:
     )
     _failure(fleet, topo, "43", dbe.model_copy(update={"job_id": "43"}), [], Mode.OBSERVE, t1)
 
-    # job 44: an application fault on gpu-01 (no isolation; the rule calls it restartable: a plain restart)
+    # job 44: an application fault on gpu-01 (no culprit to exclude, nothing that stops the job: no action)
     t2 = T0 + timedelta(days=1)
     topo = _allocate(fleet, "44", "gpu-[01-02]", t2 - timedelta(hours=1))
     cuda = signals(cuda_error("gpu-01", "44", t2), offset=30)[0].model_copy(update={"job_id": "44"})
