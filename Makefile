@@ -41,6 +41,7 @@ demo-k8s: venv ## The same fault on a real kube-apiserver: PyTorchJob restarted 
 	$(VENV)/bin/sickbay demo --scheduler kubernetes
 
 test: venv ## Lint, type-check and run every test (starts the local stack when needed)
+	bash deploy/local/test-tools.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy schemas streams connectors
 	SICKBAY_PYTHON=$(PY) $(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -183,12 +183,13 @@ def test_the_wheel_built_from_what_the_image_copies_carries_rules_console_and_en
 def test_deploy_scripts_pass_shellcheck():
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:
-        pytest.fail("shellcheck is not installed (apt-get install shellcheck)")
+        pytest.fail("shellcheck is not installed (make test installs it: deploy/local/test-tools.sh)")
     scripts = [
         CONTAINER / "entrypoint.sh",
         REPO_ROOT / "deploy" / "systemd" / "install.sh",
         REPO_ROOT / "deploy" / "local" / "kafka-cluster.sh",
         REPO_ROOT / "deploy" / "local" / "tools.sh",
+        REPO_ROOT / "deploy" / "local" / "test-tools.sh",
     ]
     done = subprocess.run([shellcheck, *map(str, scripts)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout
