@@ -9,7 +9,8 @@ every isolation passes here, where the whole cluster is counted:
   on breach nothing more is isolated and an alert is raised;
 - **flapping:** a node isolated ``flap_max_isolations`` times within the flap
   window goes to a human instead of being drained again;
-- **already isolated:** a second incident on a node that is still drained adds nothing.
+- **already isolated:** a second incident on a node that is still drained re-asserts the drain (the
+  adapter converges) without counting it again.
 
 State is kept per (cluster, mode): dry-run isolations in observe mode are counted
 (the shadow statistics show when a valve *would* have tripped) but never hold back
@@ -49,9 +50,7 @@ class Verdict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     approved: bool
-    valve: str | None = (
-        None  # which valve held it back: blast_radius | partition_fraction | flapping | duplicate
-    )
+    valve: str | None = None  # which valve held it back: blast_radius | partition_fraction | flapping
     note: str = ""
     alert: bool = False  # the valve just tripped: page a human
 
@@ -81,10 +80,10 @@ def admit(state: GateState, req: IsolationRequest, valves: FleetValves, now: dat
         return Verdict(approved=True, note=f"{req.node} restored")
 
     if req.node in state.active:
+        # Already drained (e.g. pre-emptively, as degrading): this incident's drain is re-asserted so its
+        # own record is complete — the adapter answers "converged" — but it is not counted again.
         held = state.active[req.node]
-        return Verdict(
-            approved=False, valve="duplicate", note=f"{req.node} already isolated for {held.incident_id}"
-        )
+        return Verdict(approved=True, note=f"{req.node} already isolated for {held.incident_id}; not counted")
 
     flaps = state.history.get(req.node, [])
     if len(flaps) >= valves.flap_max_isolations:

@@ -283,12 +283,16 @@ def test_a_node_that_keeps_coming_back_goes_to_a_human():
     assert (third.approved, third.valve, third.alert) == (False, "flapping", True)
 
 
-def test_a_node_already_isolated_is_not_isolated_twice_until_its_drain_expires():
-    state, valves = GateState(), FleetValves()
+def test_a_node_already_isolated_is_re_asserted_for_the_next_incident_but_not_counted_twice():
+    state, valves = GateState(), FleetValves(max_isolations_per_window=1)
     first = request("n1").model_copy(update={"expires_at": NOW + timedelta(hours=1)})
     assert admit(state, first, valves, NOW).approved
-    assert admit(state, request("n1"), valves, NOW + timedelta(minutes=5)).valve == "duplicate"
-    assert admit(state, request("n1"), valves, NOW + timedelta(hours=2)).approved
+    again = admit(state, request("n1"), valves, NOW + timedelta(minutes=5))
+    assert again.approved and "already isolated" in again.note
+    assert (
+        len(state.recent) == 1 and len(state.history["n1"]) == 1
+    )  # neither the cap nor the flap count moved
+    assert not admit(state, request("n2"), valves, NOW + timedelta(minutes=6)).approved  # the cap still holds
 
 
 # -- runtime modes ----------------------------------------------------------------------------
