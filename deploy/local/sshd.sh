@@ -81,7 +81,10 @@ AllowTcpForwarding no
 AllowAgentForwarding no
 PermitTTY no
 PrintMotd no
-StrictModes yes
+# The keys live under the checkout's .cache, which may sit below a world-writable /tmp (a CI
+# clone): sshd's ownership check of every parent directory would refuse them there. This sshd
+# listens on loopback only, for tests, with its own keys, so the check is off.
+StrictModes no
 SetEnv SLURM_CONF=$SLURM_CONF_PATH
 LogLevel INFO
 EOF
