@@ -68,12 +68,14 @@ class Reporter:
         counts: Callable[[], dict[str, int]],
         every_s: float,
         *,
+        reports_topic: str,
         host: str | None = None,
         unmatched: Callable[[], list[str]] = list,
     ) -> None:
         self.name = name
         self.prod = prod
         self.topic = topic
+        self.reports_topic = reports_topic
         self.reached = reached
         self.counts = counts
         self.unmatched = unmatched
@@ -111,7 +113,7 @@ class Reporter:
 
     def publish(self, rep: CollectorReport) -> None:
         """Reports go on the reports topic too (the sink stores them; the API shows them with verdicts)."""
-        self.prod.produce(reports_topic(self.topic), codec.dumps(rep), key=(rep.host or "-").encode())
+        self.prod.produce(self.reports_topic, codec.dumps(rep), key=(rep.host or "-").encode())
 
     def tick(self) -> None:
         if time.monotonic() >= self._next:
@@ -125,12 +127,6 @@ class Reporter:
         typer.echo("coverage " + codec.dumps(rep).decode(), err=True)
         self.publish(rep)
         return rep
-
-
-def reports_topic(raw_topic: str) -> str:
-    """``<prefix>.collector.reports`` next to ``<prefix>.raw.logs`` / ``.raw.telemetry``."""
-    prefix = raw_topic.rsplit(".raw.", 1)[0]
-    return f"{prefix}.collector.reports"
 
 
 class Loop(Protocol):

@@ -49,7 +49,15 @@ def collect_loki(
         checkpoint=delivered,
     )
     cov = col.coverage
-    reporter = Reporter("loki", prod, s.topics.raw_logs.name, cov.reached, cov.counts, report_every)
+    reporter = Reporter(
+        "loki",
+        prod,
+        s.topics.raw_logs.name,
+        cov.reached,
+        cov.counts,
+        report_every,
+        reports_topic=s.topics.collector_reports.name,
+    )
     rep, left = drive(
         prod,
         reporter,

@@ -44,7 +44,16 @@ def collect_slurm(
         cluster=s.cluster,
     )
     cov = col.coverage
-    reporter = Reporter("slurm", prod, s.topics.raw_logs.name, cov.reached, cov.counts, report_every, host=me)
+    reporter = Reporter(
+        "slurm",
+        prod,
+        s.topics.raw_logs.name,
+        cov.reached,
+        cov.counts,
+        report_every,
+        reports_topic=s.topics.collector_reports.name,
+        host=me,
+    )
 
     def one_round() -> None:
         col.poll_once()

@@ -47,7 +47,14 @@ def collect_prometheus(
     cov = col.coverage
     topic = s.topics.raw_telemetry.name
     reporter = Reporter(
-        "prometheus", prod, topic, cov.reached, cov.counts, report_every, unmatched=cov.unmatched
+        "prometheus",
+        prod,
+        topic,
+        cov.reached,
+        cov.counts,
+        report_every,
+        reports_topic=s.topics.collector_reports.name,
+        unmatched=cov.unmatched,
     )
     rep, left = drive(
         prod,
@@ -94,7 +101,14 @@ def collect_nvml(
         agent.start()
         topic = s.topics.raw_telemetry.name
         reporter = Reporter(
-            "nvml", prod, topic, agent.reached, agent.coverage.counts, report_every, host=host
+            "nvml",
+            prod,
+            topic,
+            agent.reached,
+            agent.coverage.counts,
+            report_every,
+            reports_topic=s.topics.collector_reports.name,
+            host=host,
         )
 
         def one_round() -> None:
