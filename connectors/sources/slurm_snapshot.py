@@ -170,6 +170,10 @@ def parse_sinfo(raw: str | bytes) -> tuple[dict[str, SinfoNode], list[str]]:
     return nodes, problems
 
 
+# States a job is only in after it started: a job seen in one of them already had its start reported,
+# so its end (RUNNING -> COMPLETING -> FAILED) must not report a second start.
+STARTED_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"})
+
 ChangeKind = Literal[
     "job_started", "job_ended", "job_requeued", "job_state", "job_gone", "node_state", "node_reason"
 ]
@@ -213,7 +217,7 @@ def diff_jobs(
         if job.job_state == "RUNNING" and (old.job_state != "RUNNING" or job.start_time != old.start_time):
             out.append(Change("job_started", _ts(job.start_time, now), job=job))
         if job.terminal and not old.terminal:
-            if old.job_state != "RUNNING" and job.nodes:
+            if old.job_state not in STARTED_STATES and job.nodes:
                 out.append(Change("job_started", _ts(job.start_time, now), job=job))  # ran between two polls
             out.append(Change("job_ended", _ts(job.end_time, now), job=job))
     for job_id, old in sorted((before or {}).items()):

@@ -75,6 +75,15 @@ def test_a_job_that_started_and_ended_between_two_polls_still_yields_start_then_
     assert kinds == ["job_state", "job_started", "job_ended"]
 
 
+def test_a_job_seen_completing_then_failed_reports_its_end_but_no_second_start():
+    completing = SqueueJob(job_id=7, job_state="COMPLETING", nodes="gpu-01", start_time=100)
+    failed = SqueueJob(
+        job_id=7, job_state="FAILED", nodes="gpu-01", start_time=100, end_time=103, exit_code=768
+    )
+    kinds = [c.kind for c in diff_jobs({7: completing}, {7: failed}, NOW)]
+    assert kinds == ["job_state", "job_ended"]
+
+
 def test_a_requeued_job_is_reported_as_requeued():
     running = SqueueJob(job_id=6, job_state="RUNNING", nodes="gpu-01", start_time=100)
     requeued = SqueueJob(job_id=6, job_state="PENDING", restart_cnt=1)
