@@ -37,6 +37,7 @@ class TopicSpec(BaseModel):
 TABLE_NODE_JOBS = "node-jobs"
 TABLE_JOB_TOPOLOGY = "job-topology"
 TABLE_INCIDENT_WINDOWS = "incident-windows"
+TABLE_RANK_PLACES = "rank-places"  # "job|rank" → node and GPU the rank runs on (NCCL init lines)
 TABLE_DECIDE_ISSUED = "decide-issued"
 TABLE_DECIDE_JOBS = "decide-jobs"  # job → JobInfo + recovery history (restarts, confirmations)
 TABLE_DECIDE_GATE = "decide-gate"  # cluster → recent isolations and per-node flap history
@@ -47,6 +48,7 @@ FAUST_TABLES = (
     TABLE_NODE_JOBS,
     TABLE_JOB_TOPOLOGY,
     TABLE_INCIDENT_WINDOWS,
+    TABLE_RANK_PLACES,
     TABLE_DECIDE_ISSUED,
     TABLE_DECIDE_JOBS,
     TABLE_DECIDE_GATE,

@@ -70,6 +70,29 @@ def cuda_error(
     )
 
 
+def job_output(host: str, job: str, at: datetime, line: str) -> bytes:
+    """A Vector record of one line of the job's output file, collected on ``host`` (srun gathers
+    every rank's output on the batch host)."""
+    return codec.dumps(
+        {
+            "message": line,
+            "timestamp": at.isoformat(),
+            "host": host,
+            "source_type": "file",
+            "file": f"/scratch/run/slurm-{job}.out",
+        }
+    )
+
+
+def nccl_init(node: str, rank: int, nranks: int, cuda_dev: int, bus: str, label: str = "") -> str:
+    """NCCL's init-complete line (2.28 wording, as captured on a real H200)."""
+    return (
+        f"{label}{node}:{1000 + rank}:{1000 + rank} [{cuda_dev}] NCCL INFO ncclCommInitRankConfig comm "
+        f"0x1d48abc0 rank {rank} nranks {nranks} cudaDev {cuda_dev} nvmlDev {cuda_dev} busId {bus} "
+        f"commId 0x4bca522fd9d660f3 - Init COMPLETE"
+    )
+
+
 def signals(
     raw: bytes, offset: int | None = None, topic: str = "t", key_host: str | None = None
 ) -> list[Signal]:

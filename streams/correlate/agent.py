@@ -22,9 +22,22 @@ from schemas import codec
 from schemas.base import UtcDatetime, utcnow
 from schemas.incidents import Incident
 from schemas.signals import JobNodeAssignment, Role, Signal
-from schemas.topics import TABLE_INCIDENT_WINDOWS, TABLE_JOB_TOPOLOGY, TABLE_NODE_JOBS
+from schemas.topics import (
+    TABLE_INCIDENT_WINDOWS,
+    TABLE_JOB_TOPOLOGY,
+    TABLE_NODE_JOBS,
+    TABLE_RANK_PLACES,
+)
+from streams.correlate.attribution import PlaceOf
 from streams.correlate.correlator import Timing, add_signal, apply_topology, decide_now, tick
-from streams.correlate.state import IncidentWindow, JobTopology
+from streams.correlate.state import (
+    RANK_PLACEMENT_RULE,
+    IncidentWindow,
+    JobTopology,
+    RankPlace,
+    newer_placement,
+    placement_of,
+)
 from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
 
@@ -97,6 +110,9 @@ class CorrelateStage:
         self.node_jobs = app.Table(TABLE_NODE_JOBS, default=None, partitions=settings.partitions)
         self.job_topology = app.Table(TABLE_JOB_TOPOLOGY, default=None, partitions=settings.partitions)
         self.windows = app.Table(TABLE_INCIDENT_WINDOWS, default=None, partitions=settings.partitions)
+        # one small entry per "job|rank": a 4,000-rank job's placement is never one value rewritten
+        # to the changelog per rank, and attribution looks up only the root's rank
+        self.rank_places = app.Table(TABLE_RANK_PLACES, default=None, partitions=settings.partitions)
 
     async def dead_letter(self, stage: str, event: Any, key: str, exc: Exception) -> None:
         await dead_letter_event(self.t.dlq, stage, event, key, exc)
@@ -200,6 +216,9 @@ class CorrelateStage:
                 return
             if signal.role == Role.PROGRESS:
                 return  # the progress agent's input; nothing here: skip loading the job's state
+            if signal.rule == RANK_PLACEMENT_RULE:
+                self.record_place(job_id, signal)
+                return
         raw_topo, raw_win = self.job_topology.get(job_id), self.windows.get(job_id)
         topo = JobTopology.model_validate(raw_topo) if raw_topo else None
         window = IncidentWindow.model_validate(raw_win) if raw_win else None
@@ -212,9 +231,26 @@ class CorrelateStage:
         else:
             updated = add_signal(window, topo, signal, self.cluster, now)
             if updated is not None:
-                updated, incident = decide_now(updated, topo, now, self.timing)
+                updated, incident = decide_now(updated, topo, now, self.timing, self.place_of(job_id))
                 await self.publish(incident)
                 self.windows[job_id] = _dump(updated)
+
+    def record_place(self, job_id: str, signal: Signal) -> None:
+        new = placement_of(signal)
+        if new is None:
+            return
+        key = f"{job_id}|{signal.rank}"
+        raw = self.rank_places.get(key)
+        old = RankPlace.model_validate(raw) if raw else None
+        if old != new and newer_placement(old, new):
+            self.rank_places[key] = _dump(new)
+
+    def place_of(self, job_id: str) -> PlaceOf:
+        def place(rank: int) -> RankPlace | None:
+            raw = self.rank_places.get(f"{job_id}|{rank}")
+            return RankPlace.model_validate(raw) if raw else None
+
+        return place
 
     async def on_topology(
         self,
@@ -230,14 +266,16 @@ class CorrelateStage:
             await self.t.topology_node.send(key=a.node.encode(), value=a)
         if window is not None and not window.closed and new_topo.attempt != window.attempt:
             # A new attempt began: the old attempt's window closes now.
-            window, incident = tick(window, topo, now + timedelta(seconds=self.timing.quiet_s), self.timing)
+            window, incident = tick(
+                window, topo, now + timedelta(seconds=self.timing.quiet_s), self.timing, self.place_of(job_id)
+            )
             await self.publish(incident)
             self.windows[job_id] = _dump(window)
 
     async def on_tick(
         self, job_id: str, window: IncidentWindow, topo: JobTopology | None, now: datetime
     ) -> None:
-        window, incident = tick(window, topo, now, self.timing)
+        window, incident = tick(window, topo, now, self.timing, self.place_of(job_id))
         await self.publish(incident)
         if window.closed and now - window.last_signal_at > self.lateness:
             self.windows.pop(job_id, None)

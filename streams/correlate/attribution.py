@@ -26,11 +26,15 @@ the fault it accompanies.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from schemas.incidents import Category, Culprit, Evidence, RootCause, Symptom
 from schemas.signals import Role, Signal
-from streams.correlate.state import IncidentWindow, JobTopology
+from streams.correlate.state import IncidentWindow, JobTopology, RankPlace, infer_place
+
+# rank -> where it runs (NCCL's init lines), when the driver knows
+PlaceOf = Callable[[int], RankPlace | None]
 
 CATEGORY_ORDER = [
     Category.HARDWARE_GPU,
@@ -201,11 +205,53 @@ def _pick_root(window: IncidentWindow) -> tuple[Signal, list[Signal], list[Signa
     return root, roots, demoted
 
 
-def attribute(window: IncidentWindow, topology: JobTopology | None) -> Verdict | None:
+def _job_node(name: str, topology: JobTopology | None) -> str | None:
+    """``name`` as the scheduler spells it: a rank's hostname may be short where the scheduler's is
+    a FQDN (or the reverse). A host that is none of the job's known nodes is not trusted."""
+    if topology is None or not topology.nodes:
+        return name
+    if name in topology.nodes:
+        return name
+    short = name.split(".", 1)[0]
+    matches = [n for n in topology.nodes if n.split(".", 1)[0] == short]
+    return matches[0] if len(matches) == 1 else None
+
+
+def placed(root: Signal, topology: JobTopology | None, place: PlaceOf | None) -> Signal:
+    """A training-log root that names its rank is about the node and GPU that rank runs on, which is
+    not the host that shipped the line when one host collects the job's output (srun on the batch
+    host, a launcher pod). Kernel and scheduler lines already name their own node."""
+    if place is None or root.source.kind != "training":
+        return root
+    if root.rank is not None:
+        where = infer_place(root.rank, place)
+    elif isinstance(task := root.attrs.get("srun_task"), int):
+        where = infer_place(task, place)
+        if where is not None and (where.task is None or where.task != where.rank):
+            where = None  # srun's task ids are not ranks in this job (one torchrun per node)
+    else:
+        return root
+    if where is None:
+        return root
+    node = _job_node(where.node, topology)
+    if node is None or (node == root.node and (root.gpu or where.gpu is None)):
+        return root
+    update: dict[str, object] = {"node": node}
+    if root.gpu is None and where.gpu is not None:
+        update["gpu"] = where.gpu
+    if root.node and root.node != node:
+        update["attrs"] = {**root.attrs, "logged_on": root.node}
+    return root.model_copy(update=update)
+
+
+def attribute(
+    window: IncidentWindow, topology: JobTopology | None, place: PlaceOf | None = None
+) -> Verdict | None:
     picked = _pick_root(window)
     if picked is None:
         return None
     root, roots, demoted = picked
+    root = placed(root, topology, place)
     cascades = [t for t in window.tallies.values() if t.samples and t.samples[0].role == Role.CASCADE]
     is_cascade_root = root.role == Role.CASCADE
     category = Category.UNKNOWN if is_cascade_root else (root.category or Category.UNKNOWN)

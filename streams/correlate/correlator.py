@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from schemas.incidents import Incident, IncidentStatus
 from schemas.signals import JobNodeAssignment, Role, Signal
-from streams.correlate.attribution import Verdict, attribute, root_cause
+from streams.correlate.attribution import PlaceOf, Verdict, attribute, root_cause
 from streams.correlate.state import SAMPLES_PER_RULE, IncidentWindow, JobTopology, RuleTally
 
 OPENING_ROLES = {Role.ROOT_CANDIDATE, Role.CASCADE}
@@ -282,12 +282,16 @@ def _emit(
 
 
 def decide_now(
-    window: IncidentWindow, topo: JobTopology | None, now: datetime, timing: Timing
+    window: IncidentWindow,
+    topo: JobTopology | None,
+    now: datetime,
+    timing: Timing,
+    place: PlaceOf | None = None,
 ) -> tuple[IncidentWindow, Incident | None]:
     """Emit right away when the verdict is new or changed in what actions depend on."""
     if window.closed:
         return window, None
-    verdict = attribute(window, topo)
+    verdict = attribute(window, topo, place)
     if verdict is None:
         return window, None
     waiting_for_root = not window.roots and window.revision == 0
@@ -299,12 +303,16 @@ def decide_now(
 
 
 def tick(
-    window: IncidentWindow, topo: JobTopology | None, now: datetime, timing: Timing
+    window: IncidentWindow,
+    topo: JobTopology | None,
+    now: datetime,
+    timing: Timing,
+    place: PlaceOf | None = None,
 ) -> tuple[IncidentWindow, Incident | None]:
     """Periodic: cascade-only grace, coalesced refinements and closing."""
     if window.closed:
         return window, None
-    verdict = attribute(window, topo)
+    verdict = attribute(window, topo, place)
     quiet = (now - window.last_signal_at) >= timedelta(seconds=timing.quiet_s)
     job_over = (
         topo is not None

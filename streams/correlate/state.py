@@ -6,6 +6,7 @@ representative signals, never as 4,000 copies rewritten to the changelog.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,6 +25,99 @@ class JobTopology(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     end_state: str | None = None
+
+
+class RankPlace(BaseModel):
+    """Where one rank of a job runs, from NCCL's init line (``nccl.rank_placement``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: str
+    gpu: str | None = None  # PCI id as the kernel's Xid lines name it (0000:21:00)
+    nranks: int
+    time: datetime
+    cuda_dev: int | None = None
+    rank: int | None = None  # the rank this line was about (a neighbour's, when inferred)
+    task: int | None = None  # srun's --label task id on that line, if any
+    inferred: bool = False  # from a neighbouring rank (see infer_place), not the rank's own line
+
+
+RANK_PLACEMENT_RULE = "nccl.rank_placement"
+
+
+def placement_of(signal: Signal) -> RankPlace | None:
+    """The placement an ``nccl.rank_placement`` signal states (its node is the NCCL prefix's host)."""
+    nranks = signal.attrs.get("nranks")
+    if signal.rule != RANK_PLACEMENT_RULE or signal.rank is None or signal.node is None:
+        return None
+    if not isinstance(nranks, int):
+        return None
+    bus = signal.attrs.get("bus_id")
+    dev = signal.attrs.get("cuda_dev")
+    return RankPlace(
+        node=signal.node,
+        gpu=nccl_bus_to_pci(bus) if isinstance(bus, str) else None,
+        nranks=nranks,
+        time=signal.event_time,
+        cuda_dev=dev if isinstance(dev, int) else None,
+        rank=signal.rank,
+        task=task if isinstance(task := signal.attrs.get("task"), int) else None,
+    )
+
+
+MAX_LOCAL_RANKS = 16
+
+
+def infer_place(rank: int, get: Callable[[int], RankPlace | None]) -> RankPlace | None:
+    """The rank's own placement, else one implied by a higher rank of the same node.
+
+    NCCL at INFO prints every rank's init line, but shippers sample, rotate and drop. Launchers
+    (srun's block distribution, torchrun's node_rank * nproc + local_rank) give each node a
+    contiguous block of ranks with local rank == cudaDev, so rank r' on cudaDev d means ranks
+    r'-d .. r' share its node. Only a higher rank can vouch: a lower one does not say where its block
+    ends. Where each rank sees only its own GPU (CUDA_VISIBLE_DEVICES per rank, cudaDev 0 for all)
+    nothing is implied, which is the safe answer."""
+    own = get(rank)
+    if own is not None:
+        return own
+    for higher in range(rank + 1, rank + MAX_LOCAL_RANKS):
+        p = get(higher)
+        if p is not None and p.cuda_dev is not None and higher - p.cuda_dev <= rank:
+            return p.model_copy(
+                update={"gpu": None, "cuda_dev": p.cuda_dev - (higher - rank), "inferred": True}
+            )
+    return None
+
+
+def placements(signals: list[Signal]) -> dict[int, RankPlace]:
+    """rank -> placement over a finished set of signals (``sickbay diagnose``), world communicator first."""
+    out: dict[int, RankPlace] = {}
+    for s in signals:
+        new = placement_of(s)
+        if new is not None and s.rank is not None and newer_placement(out.get(s.rank), new):
+            out[s.rank] = new
+    return out
+
+
+# A placement from a smaller communicator (a tensor-parallel group's "rank 3 of 8") must not replace
+# the world's; a later one of any size does once this much newer (the job was restarted elsewhere).
+PLACEMENT_STALE_S = 600.0
+
+
+def newer_placement(old: RankPlace | None, new: RankPlace) -> bool:
+    if old is None or new.nranks >= old.nranks:
+        return True
+    return (new.time - old.time).total_seconds() > PLACEMENT_STALE_S
+
+
+def nccl_bus_to_pci(bus_id: str) -> str | None:
+    """NCCL prints a busId as the PCI id's hex digits run together (``0000:21:00.0`` -> ``21000``,
+    ``0000:00:06.0`` -> ``60``); back to the ``domain:bus:device`` form the kernel's Xid lines use."""
+    try:
+        v = int(bus_id, 16)
+    except ValueError:
+        return None
+    return f"{v >> 20:04x}:{(v >> 12) & 0xFF:02x}:{(v >> 4) & 0xFF:02x}"
 
 
 class RuleTally(BaseModel):

@@ -13,6 +13,7 @@ from schemas.raw import LogLine
 from schemas.signals import Signal
 from streams.correlate.attribution import Verdict, attribute
 from streams.correlate.correlator import window_from
+from streams.correlate.state import RANK_PLACEMENT_RULE, placements
 from streams.diagnose.reader import MAX_LINE_BYTES, RawLine, ReadReport, read_chunks
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize
@@ -102,8 +103,11 @@ class Diagnoser:
             progress(report)
         file_hosts: dict[str, str | None] = {}
         signals = [self._with_host(s, rank_hosts, file_hosts) for s in signals]
-        window = window_from(signals, cluster="diagnose", job_id="-", now=now)
-        verdict = attribute(window, None) if window is not None else None
+        places = placements(signals)
+        window = window_from(
+            [s for s in signals if s.rule != RANK_PLACEMENT_RULE], cluster="diagnose", job_id="-", now=now
+        )
+        verdict = attribute(window, None, places.get) if window is not None else None
         return Diagnosis(verdict=verdict, signals=signals, report=report, rank_hosts=rank_hosts)
 
     @staticmethod

@@ -20,6 +20,10 @@ from streams.extract.rules import Catalog, LookupEntry, Rule, load_catalog
 from streams.extract.timeparse import line_time_and_host
 
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:|\[(?:PG [^\]]*?)?Rank (\d+)\]")
+# ``srun --label`` puts the task id first ("4: RuntimeError: ..."). It is the rank when srun starts
+# one task per GPU, the node's index when it starts one torchrun per node: kept apart as
+# ``srun_task``; the correlator trusts it as a rank only where NCCL's own lines showed task == rank.
+_SRUN_LABEL = re.compile(r"^\s*(\d+): ")
 # NCCL's debug prefix names the host: ``host:pid:tid [cudaDev] ...`` (failure-signatures.md §4.2).
 _NCCL_PREFIX = re.compile(r"^(?:\S+\s+){0,3}?([A-Za-z][\w.\-]*):\d+:\d+ \[\d+\] ")
 MAX_TEXT = 4096
@@ -135,6 +139,9 @@ class Extractor:
             m = _RANK_PREFIX.search(line.text)
             if m:
                 rank = int(m.group(1) or m.group(2))
+        task: int | None = None
+        if rank is None and (m := _SRUN_LABEL.match(line.text)) is not None:
+            task = int(m.group(1))
         gpu = fields.pop("gpu", None)
         # A line may name the node it is about (a controller reporting a failed node): that node
         # is the subject, not the host that logged the line.
@@ -143,6 +150,8 @@ class Extractor:
         summary_template = (entry.summary if entry and entry.summary else None) or rule.summary
         all_fields = _Fields(fields, gpu=gpu, rank=rank, job_id=job_id)
         attrs = dict(fields)
+        if task is not None and "task" not in attrs:
+            attrs["srun_task"] = task
         if entry is not None and entry.name:
             attrs["meaning"] = entry.name
         if entry is not None and entry.action:

@@ -19,7 +19,7 @@ from schemas.signals import JobNodeAssignment, Signal
 from streams.app import create_app
 from streams.pipeline import Pipeline, build
 from streams.settings import Settings
-from tests.factories import T0, kernel_xid, nccl_timeout, one, slurmctld_allocate
+from tests.factories import T0, job_output, kernel_xid, nccl_init, nccl_timeout, one, slurmctld_allocate
 
 
 @pytest.fixture
@@ -161,6 +161,30 @@ async def test_correlate_builds_one_hardware_incident_from_topology_cascade_and_
         1,
     )
     assert incident.supporting[0].count == 3
+
+
+async def test_correlate_blames_the_node_a_failing_rank_runs_on_not_the_host_that_collected_its_line(
+    pipe: Pipeline,
+):
+    alloc = one(slurmctld_allocate("42", "gpu-[01-04]", T0), offset=1)
+    inits = [
+        one(
+            job_output("gpu-01", "42", T0, nccl_init(f"gpu-0{r // 8 + 1}", r, 32, r % 8, "9a000")),
+            offset=2 + r,
+        )
+        for r in (0, 12, 20)
+    ]
+    line = "[rank20]:RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    ecc = one(job_output("gpu-01", "42", T0 + timedelta(minutes=3), line), offset=40)
+    async with pipe.agents["correlate"].test_context() as agent:
+        for sig in [alloc, *inits, ecc]:
+            await agent.put(_as_dict(sig), key=b"42")
+    [(_, incident)] = pipe.sent["incidents"]
+    assert (incident.category, incident.culprit.node, incident.culprit.gpu) == (
+        Category.HARDWARE_GPU,
+        "gpu-03",
+        "0000:9a:00",
+    )
 
 
 async def test_correlate_dead_letters_an_invalid_signal(pipe: Pipeline):

@@ -167,7 +167,8 @@ def test_a_healthy_gpu_at_its_power_cap_is_not_a_straggler():
 EXPECTED: dict[str, dict[str, int]] = {
     "torch_watchdog.stderr.txt": {"nccl.watchdog_timeout": 1, "nccl.taking_process_down": 1},
     "torch_watchdog_nccl_info.stderr.txt": {"nccl.watchdog_timeout": 1},
-    "torch_watchdog_nccl_info.stdout.txt": {"nccl.comm_aborted": 1},  # NCCL INFO init lines: nothing
+    # NCCL INFO init lines: only where the rank runs; then the teardown
+    "torch_watchdog_nccl_info.stdout.txt": {"nccl.rank_placement": 1, "nccl.comm_aborted": 1},
     "torch_oom.stderr.txt": {"cuda.out_of_memory": 1},
     "torch_device_assert.stderr.txt": {
         "framework.assertion_failed": 1,
@@ -210,3 +211,16 @@ def test_real_failure_output_yields_the_rules_that_attribute_it_and_nothing_else
     want = EXPECTED[name]
     assert set(got) == set(want), got
     assert all(got[r] >= n for r, n in want.items()), got
+
+
+def test_nccls_busid_and_nvmls_pci_id_name_the_same_real_gpu():
+    from streams.correlate.state import nccl_bus_to_pci, placements
+
+    ex = Extractor()
+    sigs = []
+    for line in (CAPTURED / "torch_watchdog_nccl_info.stdout.txt").read_text().splitlines():
+        sigs += ex.extract(normalize(codec.dumps({"log": line, "host": "h200-01"}), "h200-01"), NOW)
+    [(rank, place)] = placements(sigs).items()
+    assert (rank, place.node, place.nranks, place.cuda_dev) == (0, "vm", 1, 0)  # NCCL's host: gethostname()
+    nvml_pci = RECORDING["devices"][0]["pci_bus_id"]["value"]  # 00000000:00:06.0
+    assert place.gpu == nccl_bus_to_pci("60") == "0000:" + nvml_pci.split(":", 1)[1].rsplit(".", 1)[0]
