@@ -245,6 +245,16 @@ class CorrelateStage:
         if old != new and newer_placement(old, new):
             self.rank_places[key] = _dump(new)
 
+    def drop_places(self, job_id: str) -> None:
+        """Forget a finished job's placements: rank 0 is in every world communicator and says its size."""
+        raw = self.rank_places.get(f"{job_id}|0")
+        if not raw:
+            return
+        for rank in range(RankPlace.model_validate(raw).nranks):
+            key = f"{job_id}|{rank}"
+            if self.rank_places.get(key) is not None:
+                self.rank_places.pop(key, None)
+
     def place_of(self, job_id: str) -> PlaceOf:
         def place(rank: int) -> RankPlace | None:
             raw = self.rank_places.get(f"{job_id}|{rank}")
@@ -262,6 +272,9 @@ class CorrelateStage:
     ) -> None:
         new_topo, assignments = apply_topology(topo, signal, self.cluster)
         self.job_topology[job_id] = _dump(new_topo)
+        just_ended = new_topo.ended_at is not None and (topo is None or topo.ended_at is None)
+        if just_ended and (window is None or window.closed):
+            self.drop_places(job_id)  # no incident left to attribute (else: when its window goes)
         for a in assignments:
             await self.t.topology_node.send(key=a.node.encode(), value=a)
         if window is not None and not window.closed and new_topo.attempt != window.attempt:
@@ -279,6 +292,8 @@ class CorrelateStage:
         await self.publish(incident)
         if window.closed and now - window.last_signal_at > self.lateness:
             self.windows.pop(job_id, None)
+            if topo is not None and topo.ended_at is not None:
+                self.drop_places(job_id)
         else:
             self.windows[job_id] = _dump(window)
 
@@ -307,7 +322,12 @@ def register(pipe: Pipeline) -> None:
     app, t = pipe.app, pipe.topics
     stage = CorrelateStage(pipe)
     pipe.tables.update(
-        {"node_jobs": stage.node_jobs, "job_topology": stage.job_topology, "windows": stage.windows}
+        {
+            "node_jobs": stage.node_jobs,
+            "job_topology": stage.job_topology,
+            "windows": stage.windows,
+            "rank_places": stage.rank_places,
+        }
     )
 
     @app.agent(t.node_inbox, name="route", concurrency=1)

@@ -19,7 +19,16 @@ from schemas.signals import JobNodeAssignment, Signal
 from streams.app import create_app
 from streams.pipeline import Pipeline, build
 from streams.settings import Settings
-from tests.factories import T0, job_output, kernel_xid, nccl_init, nccl_timeout, one, slurmctld_allocate
+from tests.factories import (
+    T0,
+    job_output,
+    kernel_xid,
+    nccl_init,
+    nccl_timeout,
+    one,
+    slurmctld_allocate,
+    slurmctld_line,
+)
 
 
 @pytest.fixture
@@ -185,6 +194,25 @@ async def test_correlate_blames_the_node_a_failing_rank_runs_on_not_the_host_tha
         "gpu-03",
         "0000:9a:00",
     )
+
+
+async def test_a_finished_job_without_an_incident_leaves_no_rank_placements_behind(pipe: Pipeline):
+    alloc = one(slurmctld_allocate("43", "gpu-[01-02]", T0), offset=1)
+    inits = [
+        one(
+            job_output("gpu-01", "43", T0, nccl_init(f"gpu-0{r // 8 + 1}", r, 16, r % 8, "9a000")),
+            offset=2 + r,
+        )
+        for r in (0, 9)
+    ]
+    done = one(slurmctld_line("_job_complete: JobId=43 WEXITSTATUS 0", T0 + timedelta(hours=1)), offset=30)
+    async with pipe.agents["correlate"].test_context() as agent:
+        for sig in [alloc, *inits]:
+            await agent.put(_as_dict(sig), key=b"43")
+        table = pipe.tables["rank_places"]
+        assert table.get("43|9") is not None
+        await agent.put(_as_dict(done), key=b"43")
+        assert table.get("43|0") is None and table.get("43|9") is None
 
 
 async def test_correlate_dead_letters_an_invalid_signal(pipe: Pipeline):
