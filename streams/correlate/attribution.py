@@ -136,6 +136,25 @@ def contextualise(roots: list[Signal]) -> tuple[list[Signal], list[Signal]]:
     return out, demoted
 
 
+def needs_corroboration(window: IncidentWindow) -> bool:
+    """Only application-class Xids (13, 31: a process faulted on that GPU) and nothing else.
+
+    The kernel line says a process on the GPU faulted, not which: the job's own (then its ranks
+    fail with a CUDA error within seconds, which corroborates it) or another's (a profiler, a
+    health check, a co-located job: the driver names it, ``pid=..., name=dcgmproftester12``, and
+    training goes on). Alone it is no incident; the node-health detector still counts it, and
+    repeated on one GPU it becomes a hardware fault (``contextualise``)."""
+    roots, _ = contextualise(window.roots)
+    if not roots:
+        return False
+    if any(
+        r.context != "recurrence" or r.source.kind != "kernel" or r.category != Category.APPLICATION
+        for r in roots
+    ):
+        return False
+    return not any(t.samples and t.samples[0].role == Role.CASCADE for t in window.tallies.values())
+
+
 UNKNOWN_NODE = "unknown-node"
 
 

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from schemas.incidents import Incident, IncidentStatus
 from schemas.signals import JobNodeAssignment, Role, Signal
-from streams.correlate.attribution import PlaceOf, Verdict, attribute, root_cause
+from streams.correlate.attribution import PlaceOf, Verdict, attribute, needs_corroboration, root_cause
 from streams.correlate.state import SAMPLES_PER_RULE, IncidentWindow, JobTopology, RuleTally
 
 OPENING_ROLES = {Role.ROOT_CANDIDATE, Role.CASCADE}
@@ -281,6 +281,11 @@ def _emit(
     return window, incident
 
 
+def failed(topo: JobTopology | None) -> bool:
+    """The job's attempt ended other than with exit status 0 (killed, requeued, pods deleted)."""
+    return topo is not None and topo.ended_at is not None and topo.end_state != "WEXITSTATUS 0"
+
+
 def decide_now(
     window: IncidentWindow,
     topo: JobTopology | None,
@@ -297,6 +302,8 @@ def decide_now(
     waiting_for_root = not window.roots and window.revision == 0
     if waiting_for_root:
         return window, None  # a cascade alone waits root_grace_s (see tick)
+    if window.revision == 0 and needs_corroboration(window) and not failed(topo):
+        return window, None  # a lone application-class Xid waits for the job to fail (see tick)
     if window.revision == 0 or verdict.fingerprint() != window.fingerprint:
         return _emit(window, topo, verdict, now)
     return window, None
@@ -321,6 +328,10 @@ def tick(
     )
     if verdict is None:
         return (window.model_copy(update={"closed": True}), None) if quiet else (window, None)
+    if window.revision == 0 and needs_corroboration(window) and not failed(topo):
+        # nothing failed: close quietly when the window goes quiet (a job that ends cleanly too)
+        closing = quiet or job_over
+        return (window.model_copy(update={"closed": True}), None) if closing else (window, None)
     if window.revision == 0:
         grace_over = (now - window.opened_at) >= timedelta(seconds=timing.root_grace_s)
         if window.roots or grace_over or quiet or job_over:

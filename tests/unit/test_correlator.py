@@ -141,3 +141,43 @@ def test_requeue_then_new_allocation_is_attempt_two():
 def test_incident_id_is_deterministic():
     assert incident_id("c", "1", 1, "s") == incident_id("c", "1", 1, "s")
     assert incident_id("c", "1", 1, "s") != incident_id("c", "1", 2, "s")
+
+
+XID13 = "Graphics SM Warp Exception on (GPC 3, TPC 5, SM 0): Out Of Range Address"
+
+
+def _xid13(at, offset_s=0, pid="pid='415040', name='dcgmproftester12', "):
+    return kernel_xid("gpu-03", 13, at + timedelta(seconds=offset_s), pci="0000:47:00", text=pid + XID13)
+
+
+def test_a_lone_application_xid_while_training_goes_on_is_no_incident_and_closes_quietly():
+    topo, _ = _topology()
+    window, incident = _feed(None, topo, _xid13(T0), NOW, 1)
+    assert incident is None and not window.closed
+    window, incident = tick(window, topo, NOW + timedelta(seconds=30), TIMING)
+    assert incident is None and not window.closed  # still waiting for the job to say something
+    window, incident = tick(window, topo, NOW + timedelta(seconds=121), TIMING)
+    assert incident is None and window.closed
+
+
+def test_an_application_xid_followed_by_the_jobs_cuda_error_is_an_application_incident():
+    topo, _ = _topology()
+    window, _ = _feed(None, topo, _xid13(T0, pid=""), NOW, 1)
+    window, incident = _feed(window, topo, cuda_error("gpu-03", "42", T0 + timedelta(seconds=1)), NOW, 2)
+    assert incident is not None and incident.category == Category.APPLICATION
+
+
+def test_an_application_xid_and_a_job_that_then_fails_is_an_incident_at_the_end():
+    topo, _ = _topology()
+    window, _ = _feed(None, topo, _xid13(T0, pid=""), NOW, 1)
+    topo, _ = apply_topology(topo, one(slurmctld_line("_job_complete: JobId=42 WTERMSIG 6", T0)), "c1")
+    window, incident = tick(window, topo, NOW + timedelta(seconds=21), TIMING)
+    assert incident is not None and incident.root_cause.code == 13
+
+
+def test_an_application_xid_repeated_on_one_gpu_is_a_hardware_incident_at_once():
+    topo, _ = _topology()
+    window = None
+    for i in range(3):
+        window, incident = _feed(window, topo, _xid13(T0, offset_s=i), NOW, 1 + i)
+    assert incident is not None and incident.category == Category.HARDWARE_GPU

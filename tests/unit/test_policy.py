@@ -6,15 +6,18 @@ from schemas.actions import ActionKind, Mode
 from schemas.incidents import Category
 from streams.correlate.correlator import Timing, add_signal, apply_topology, decide_now
 from streams.decide.policy import PolicyConfig, advise
-from tests.factories import T0, kernel_xid, one, slurmctld_allocate
+from tests.factories import T0, cuda_error, kernel_xid, one, slurmctld_allocate
 
 NOW = T0 + timedelta(minutes=2)
 
 
-def _incident(raw=None):
+def _incident(raw=None, *more):
     topo, _ = apply_topology(None, one(slurmctld_allocate("42", "gpu-[01-04]", T0)), "c1")
-    sig = one(raw or kernel_xid("gpu-03", 79, T0), offset=1).model_copy(update={"job_id": "42"})
-    window = add_signal(None, topo, sig, "c1", NOW)
+    window = None
+    for i, r in enumerate([raw or kernel_xid("gpu-03", 79, T0), *more]):
+        sig = one(r, offset=1 + i).model_copy(update={"job_id": "42"})
+        window = add_signal(window, topo, sig, "c1", NOW)
+    assert window is not None
     _, incident = decide_now(window, topo, NOW, Timing())
     assert incident is not None
     return incident
@@ -53,10 +56,11 @@ def test_application_faults_isolate_nothing():
     raw = kernel_xid(
         "gpu-03", 13, T0, text="Graphics SM Warp Exception on (GPC 1, TPC 3, SM 0): Out Of Range Address"
     )
-    inc = _incident(raw)
+    crash = cuda_error("gpu-03", "42", T0 + timedelta(seconds=1))  # the job's own process faulted
+    inc = _incident(raw, crash)
     assert inc.category == Category.APPLICATION
     actions, _ = advise(inc, PolicyConfig(mode=Mode.ACT), NOW)
-    assert actions == []  # no culprit, and an Xid 13 alone does not stop the job
+    assert actions == []  # an application fault: nothing to isolate, and no restart without a culprit
 
 
 def test_stale_incidents_are_never_acted_on():
