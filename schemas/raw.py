@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.base import Contract, UtcDatetime
 
-Adapter = Literal["fluentbit", "vector", "plain", "sickbay", "filebeat", "otlp", "rsyslog", "loki", "syslog"]
+Adapter = Literal[
+    "fluentbit", "vector", "plain", "sickbay", "filebeat", "otlp", "rsyslog", "loki", "syslog", "k8s-event"
+]
 
 
 class _ShipperModel(BaseModel):

@@ -25,6 +25,7 @@ from streams.correlate.attribution import PlaceOf, Verdict, attribute, needs_cor
 from streams.correlate.state import SAMPLES_PER_RULE, IncidentWindow, JobTopology, RuleTally
 
 OPENING_ROLES = {Role.ROOT_CANDIDATE, Role.CASCADE}
+K8S_POD_SCHEDULED = "kubernetes.pod_scheduled"  # a Scheduled Event: one pod of the job bound to a node
 K8S_JOB_PODS = "kubernetes.job_pods"  # connectors/sources/kubernetes_watch.py: nodes of a job's live pods
 MAX_SEEN_IDS = 2048
 MAX_ROOTS = 64
@@ -87,6 +88,19 @@ def apply_topology(
         )
     elif signal.rule == K8S_JOB_PODS:
         topo = _k8s_pods(topo, signal)
+    elif signal.rule == K8S_POD_SCHEDULED and signal.node:
+        topo = _k8s_scheduled(topo, signal)
+        if signal.node in topo.nodes and topo.started_at is not None and topo.ended_at is None:
+            out.append(
+                JobNodeAssignment(
+                    node=signal.node,
+                    job_id=job_id,
+                    attempt=max(topo.attempt, 1),
+                    state="assigned",
+                    event_time=signal.event_time,
+                    cluster=cluster,
+                )
+            )
     elif signal.rule in ("slurm.job_complete", "slurm.job_requeued") and topo.ended_at is None:
         release(topo)
         end_state = (
@@ -122,6 +136,24 @@ def _k8s_pods(topo: JobTopology, signal: Signal) -> JobTopology:
     if topo.nodes and topo.ended_at is None:
         return topo.model_copy(update={"ended_at": signal.event_time, "end_state": "pods deleted"})
     return topo
+
+
+def _k8s_scheduled(topo: JobTopology, signal: Signal) -> JobTopology:
+    """One pod of a Kubernetes job bound to a node (a ``Scheduled`` Event, when Events reach Kafka
+    and ``collect kubernetes`` does not run). The first binding after none, or after the last
+    attempt ended, starts an attempt; later ones add their node. A binding from before the current
+    attempt's end is a replay and ignored."""
+    node = str(signal.node)
+    if topo.ended_at is not None and signal.event_time <= topo.ended_at:
+        return topo
+    if topo.ended_at is not None or not topo.nodes:
+        return JobTopology(
+            job_id=topo.job_id, attempt=topo.attempt + 1, nodes=[node], started_at=signal.event_time
+        )
+    if node in topo.nodes:
+        return topo
+    started = min(topo.started_at, signal.event_time) if topo.started_at else signal.event_time
+    return topo.model_copy(update={"nodes": sorted({*topo.nodes, node}), "started_at": started})
 
 
 def _before_the_end(window: IncidentWindow, topo: JobTopology | None, signal: Signal) -> bool:

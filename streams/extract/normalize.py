@@ -40,6 +40,8 @@ from schemas.raw import (
     SickbayLinesRecord,
     VectorRecord,
 )
+from streams.extract.k8s_events import event_line, is_event, with_event_subject
+from streams.extract.timeparse import parse_rfc3339
 
 MAX_RECORD_BYTES = 1 << 20
 
@@ -83,18 +85,7 @@ def _epoch_or_datetime(value: float | datetime | None) -> datetime | None:
     return datetime.fromtimestamp(float(value), tz=UTC)
 
 
-def _parse_iso(text: str) -> datetime | None:
-    """RFC 3339 with up to nanoseconds (Python keeps microseconds)."""
-    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$", text)
-    if not m:
-        return None
-    frac = f".{m.group(2)[:6]}" if m.group(2) else ""
-    zone = m.group(3) or "Z"
-    try:
-        dt = datetime.fromisoformat(m.group(1) + frac + ("+00:00" if zone == "Z" else zone))
-    except ValueError:
-        return None
-    return dt.astimezone(UTC)
+_parse_iso = parse_rfc3339
 
 
 def _strip_cri(text: str) -> tuple[str, str | None]:
@@ -447,7 +438,8 @@ def normalize_all(value: bytes, key_host: str | None = None) -> list[LogLine]:
         lines = _from_plain(value)
     if key_host:
         lines = [ln if ln.host is not None else ln.model_copy(update={"host": key_host}) for ln in lines]
-    return lines
+    # after the key's host: an Event shipped as an exporter's log is about its subject, not that node
+    return [with_event_subject(ln) for ln in lines]
 
 
 def normalize(value: bytes, key_host: str | None = None) -> LogLine:
@@ -472,6 +464,8 @@ def _is_ecs(obj: dict[str, Any]) -> bool:
 
 
 def _from_json(obj: dict[str, Any]) -> list[LogLine]:
+    if is_event(obj):  # first: a core/v1 Event has a "message" too
+        return [event_line(obj)]
     if "resourceLogs" in obj:
         return _from_otlp(obj)
     if isinstance(obj.get("streams"), list):

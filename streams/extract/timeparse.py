@@ -50,3 +50,17 @@ def line_time_and_host(text: str, now: datetime) -> tuple[datetime | None, str |
             dt = dt.replace(year=now.year - 1)
         return dt, host
     return None, None
+
+
+def parse_rfc3339(text: str) -> datetime | None:
+    """RFC 3339 with up to nanoseconds (Python keeps microseconds)."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)?$", text)
+    if not m:
+        return None
+    frac = f".{m.group(2)[:6]}" if m.group(2) else ""
+    zone = m.group(3) or "Z"
+    try:
+        dt = datetime.fromisoformat(m.group(1) + frac + ("+00:00" if zone == "Z" else zone))
+    except ValueError:
+        return None
+    return dt.astimezone(UTC)

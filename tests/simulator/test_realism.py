@@ -91,7 +91,8 @@ def test_every_record_is_a_shipper_shape_the_pipeline_reads():
                 shapes.add("vector-metric")
                 continue
             line = normalize(rec.value, key_host=rec.key.decode())
-            assert line.text and line.host, rec.value[:200]
+            # every line says where it comes from, or (a pod's Kubernetes Event) which job it is about
+            assert line.text and (line.host or line.job_id), rec.value[:200]
             shapes.add(line.adapter)
             if rec.value.startswith(b"{"):
                 obj = codec.loads(rec.value)
