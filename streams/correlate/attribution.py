@@ -263,6 +263,68 @@ def placed(root: Signal, topology: JobTopology | None, place: PlaceOf | None) ->
     return root.model_copy(update=update)
 
 
+WATCHDOG_RULE = "nccl.watchdog_timeout"
+MIN_REPORTING_SHARE = 0.75  # of the world's ranks must have reported their timeout
+MAX_SILENT_SHARE = 1 / 16  # at most this share may be silent (one node of a 16-node job)
+
+
+def world_size(place: PlaceOf) -> int | None:
+    """The job's world size from any of its first ranks' NCCL init lines."""
+    for rank in range(16):
+        where = place(rank)
+        if where is not None:
+            return where.nranks
+    return None
+
+
+def _node_of_rank(rank: int, world: int, topology: JobTopology | None, place: PlaceOf | None) -> str | None:
+    """Where a rank runs: its (or a neighbour's) NCCL init line, else Slurm's block layout."""
+    where = infer_place(rank, place) if place is not None else None
+    if where is not None:
+        return _job_node(where.node, topology)
+    if topology is not None and topology.ordered and topology.nodes and world % len(topology.nodes) == 0:
+        return topology.nodes[rank // (world // len(topology.nodes))]
+    return None
+
+
+def _silent_rank(
+    window: IncidentWindow, topology: JobTopology | None, place: PlaceOf | None
+) -> Culprit | None:
+    """The rank every other rank waited for: a suspect, never a verdict.
+
+    When a rank hangs (a stuck kernel, a deadlock before the collective) every other rank's watchdog
+    times out on the collective it never joined, and the hung rank reports nothing (or an older
+    SeqNum): the same reading PyTorch's flight-recorder analysis makes of "missing ranks". Only when
+    nearly the whole world reported (``MIN_REPORTING_SHARE``, so a shipper's gaps are not taken
+    for silence) and the silent ranks sit on one node is that node named. The category stays
+    ``unknown`` and nothing is isolated on a suspicion; the culprit tells the operator where to look.
+    """
+    tally = window.tallies.get(WATCHDOG_RULE)
+    if tally is None or not tally.samples or not tally.ranks:
+        return None
+    world = world_size(place) if place is not None else None
+    blocks = topology is not None and topology.ordered and len(topology.nodes) > 1
+    if world is None and blocks:
+        world = max(tally.ranks) + 1  # ranks are dense: a silent last rank is not seen this way
+    if world is None or world < 2:
+        return None
+    reported = {r for r in tally.ranks if 0 <= r < world}
+    silent = sorted(set(range(world)) - reported)
+    if not silent or len(reported) < MIN_REPORTING_SHARE * world:
+        return None
+    if len(silent) > max(1, int(world * MAX_SILENT_SHARE)):
+        return None
+    nodes = set()
+    for rank in silent:
+        node = _node_of_rank(rank, world, topology, place)
+        if node is None:
+            return None
+        nodes.add(node)
+    if len(nodes) != 1:
+        return None
+    return Culprit(node=nodes.pop(), rank=silent[0])
+
+
 def attribute(
     window: IncidentWindow, topology: JobTopology | None, place: PlaceOf | None = None
 ) -> Verdict | None:
@@ -326,7 +388,11 @@ def attribute(
     else:
         confidence = 0.7 if cascade_elsewhere else 0.6
 
-    culprit = None if is_cascade_root else Culprit(node=root.node, gpu=root.gpu, rank=root.rank)
+    culprit = (
+        _silent_rank(window, topology, place)
+        if is_cascade_root
+        else Culprit(node=root.node, gpu=root.gpu, rank=root.rank)
+    )
     return Verdict(
         root=root,
         category=category,

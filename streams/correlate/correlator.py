@@ -73,7 +73,11 @@ def apply_topology(
         if topo.nodes and topo.ended_at is None:
             release(topo)
         topo = JobTopology(
-            job_id=job_id, attempt=topo.attempt + 1, nodes=node_list, started_at=signal.event_time
+            job_id=job_id,
+            attempt=topo.attempt + 1,
+            nodes=node_list,
+            ordered=True,
+            started_at=signal.event_time,
         )
         out.extend(
             JobNodeAssignment(

@@ -22,6 +22,9 @@ class JobTopology(BaseModel):
     job_id: str
     attempt: int = 1
     nodes: list[str] = Field(default_factory=list)
+    # nodes in the scheduler's allocation order (Slurm's hostlist): with its default block
+    # distribution, node i holds ranks i*k .. i*k+k-1. Kubernetes topologies are not ordered.
+    ordered: bool = False
     started_at: datetime | None = None
     ended_at: datetime | None = None
     end_state: str | None = None

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from schemas.incidents import Category
 from schemas.raw import LogLine
-from schemas.signals import Signal
+from schemas.signals import Role, Signal
 from streams.correlate.attribution import Verdict, attribute, needs_corroboration
-from streams.correlate.correlator import window_from
+from streams.correlate.correlator import apply_topology, window_from
 from streams.correlate.state import RANK_PLACEMENT_RULE, placements
 from streams.diagnose.reader import MAX_LINE_BYTES, RawLine, ReadReport, read_chunks
 from streams.extract.extractor import Extractor, Position
@@ -107,7 +107,11 @@ class Diagnoser:
         window = window_from(
             [s for s in signals if s.rule != RANK_PLACEMENT_RULE], cluster="diagnose", job_id="-", now=now
         )
-        verdict = attribute(window, None, places.get) if window is not None else None
+        topology = None  # the allocation in the folder's slurmctld log, if there is one
+        for sig in signals:
+            if sig.role == Role.TOPOLOGY:
+                topology, _ = apply_topology(topology, sig, "diagnose")
+        verdict = attribute(window, topology, places.get) if window is not None else None
         if window is not None and needs_corroboration(window) and not _job_failed(signals):
             verdict = None  # a lone application-class Xid and a job that did not fail: no incident
         return Diagnosis(verdict=verdict, signals=signals, report=report, rank_hosts=rank_hosts)

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from schemas.incidents import Category
 from streams.correlate.attribution import attribute
-from streams.correlate.correlator import window_from
+from streams.correlate.correlator import apply_topology, window_from
 from streams.correlate.state import (
     JobTopology,
     RankPlace,
@@ -21,7 +21,7 @@ from streams.correlate.state import (
     newer_placement,
     placements,
 )
-from tests.factories import T0, job_output, kernel_xid, nccl_init, one
+from tests.factories import T0, job_output, kernel_xid, nccl_init, nccl_timeout, one, slurmctld_allocate
 
 NODES = ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
 BUSES = ["18000", "2a000", "3a000", "5d000", "9a000", "ab000", "ba000", "db000"]
@@ -138,3 +138,40 @@ def test_the_world_communicators_placement_wins_over_a_subgroups():
     tp_group = RankPlace(node="gpu-01", nranks=8, time=T0 + timedelta(seconds=5), rank=3)
     assert not newer_placement(world, tp_group)
     assert newer_placement(world, tp_group.model_copy(update={"time": T0 + timedelta(hours=1)}))
+
+
+SIX = [f"gpu-{i:04d}" for i in range(1462, 1468)]
+
+
+def _timeouts(ranks: list[int]) -> list:
+    return [
+        one(nccl_timeout(SIX[r // 8], r, "42", T0 + timedelta(minutes=10, milliseconds=r)), offset=100 + r)
+        for r in ranks
+    ]
+
+
+def _slurm_topology() -> JobTopology:
+    topo, _ = apply_topology(None, one(slurmctld_allocate("42", "gpu-[1462-1467]", T0)), "c1")
+    return topo
+
+
+def test_the_one_rank_every_other_rank_waited_for_is_named_a_suspect_but_nothing_is_isolated():
+    v = _verdict(_timeouts([r for r in range(48) if r != 36]), _slurm_topology())
+    assert v.category == Category.UNKNOWN and v.isolate == []
+    assert (v.culprit.node, v.culprit.rank) == ("gpu-1466", 36)  # Slurm block layout: ranks 32-39
+
+
+def test_no_suspect_while_too_few_ranks_reported_or_the_silent_ones_span_nodes():
+    assert _verdict(_timeouts([*range(30), 47]), _slurm_topology()).culprit is None
+    assert _verdict(_timeouts([r for r in range(48) if r not in (3, 36)]), _slurm_topology()).culprit is None
+
+
+def test_an_unordered_kubernetes_topology_needs_the_ranks_init_lines_to_name_a_suspect():
+    pods = JobTopology(job_id="42", nodes=sorted(SIX))
+    assert _verdict(_timeouts([r for r in range(48) if r != 36]), pods).culprit is None
+    inits = [
+        one(job_output("gpu-1462", "42", T0, nccl_init(SIX[r // 8], r, 48, r % 8, BUSES[r % 8])))
+        for r in (0, 39)
+    ]
+    v = _verdict([*inits, *_timeouts([r for r in range(48) if r != 36])], pods)
+    assert v.culprit.node == "gpu-1466"  # rank 39 on cudaDev 7: ranks 32-39 share its node
