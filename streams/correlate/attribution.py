@@ -239,25 +239,33 @@ def _job_node(name: str, topology: JobTopology | None) -> str | None:
 def placed(root: Signal, topology: JobTopology | None, place: PlaceOf | None) -> Signal:
     """A training-log root that names its rank is about the node and GPU that rank runs on, which is
     not the host that shipped the line when one host collects the job's output (srun on the batch
-    host, a launcher pod). Kernel and scheduler lines already name their own node."""
+    host, a launcher pod). Kernel and scheduler lines already name their own node.
+
+    Where: the rank's own NCCL init line, else a higher rank's of the same block (``infer_place``),
+    else Slurm's block layout over the allocation order when the world size is known."""
     if place is None or root.source.kind != "training":
         return root
-    if root.rank is not None:
-        where = infer_place(root.rank, place)
-    elif isinstance(task := root.attrs.get("srun_task"), int):
-        where = infer_place(task, place)
-        if where is not None and (where.task is None or where.task != where.rank):
-            where = None  # srun's task ids are not ranks in this job (one torchrun per node)
+    rank, srun = root.rank, False
+    if rank is None and isinstance(task := root.attrs.get("srun_task"), int):
+        rank, srun = task, True
+    if rank is None:
+        return root
+    where = infer_place(rank, place)
+    gpu: str | None = None
+    if where is not None:
+        if srun and (where.task is None or where.task != where.rank):
+            return root  # srun's task ids are not ranks in this job (one torchrun per node)
+        node, gpu = _job_node(where.node, topology), where.gpu
+    elif srun:
+        return root  # nothing shows the task ids are ranks
     else:
-        return root
-    if where is None:
-        return root
-    node = _job_node(where.node, topology)
-    if node is None or (node == root.node and (root.gpu or where.gpu is None)):
+        world = world_size(place)
+        node = _node_of_rank(rank, world, topology, None) if world else None
+    if node is None or (node == root.node and (root.gpu or gpu is None)):
         return root
     update: dict[str, object] = {"node": node}
-    if root.gpu is None and where.gpu is not None:
-        update["gpu"] = where.gpu
+    if root.gpu is None and gpu is not None:
+        update["gpu"] = gpu
     if root.node and root.node != node:
         update["attrs"] = {**root.attrs, "logged_on": root.node}
     return root.model_copy(update=update)

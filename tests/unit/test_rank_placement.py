@@ -175,3 +175,13 @@ def test_an_unordered_kubernetes_topology_needs_the_ranks_init_lines_to_name_a_s
     ]
     v = _verdict([*inits, *_timeouts([r for r in range(48) if r != 36])], pods)
     assert v.culprit.node == "gpu-1466"  # rank 39 on cudaDev 7: ranks 32-39 share its node
+
+
+def test_without_the_ranks_init_line_slurms_block_layout_places_it_once_the_world_size_is_known():
+    line = "[rank22]:RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    ecc = one(job_output("gpu-01", "42", T0 + timedelta(minutes=5), line))
+    topo, _ = apply_topology(None, one(slurmctld_allocate("42", "gpu-[01-04]", T0)), "c1")
+    v = _verdict([*_inits([0, 3]), ecc], topo)  # ranks 0 and 3 say: 32 ranks, 8 per node
+    assert (v.culprit.node, v.culprit.gpu) == ("gpu-03", None)
+    unordered = JobTopology(job_id="42", nodes=NODES)  # a Kubernetes job's nodes carry no rank order
+    assert _verdict([*_inits([0, 3]), ecc], unordered).culprit.node == "gpu-01"
