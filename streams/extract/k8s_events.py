@@ -108,4 +108,9 @@ def with_event_subject(line: LogLine) -> LogLine:
         return line
     if not isinstance(obj, dict) or not is_event(obj):
         return line
-    return line.model_copy(update=subject_update(obj))
+    update = subject_update(obj)
+    if line.job_id is not None:
+        # the producer resolved the subject itself (``sickbay collect kubernetes`` knows each pod's
+        # node and job from its watch): what it said stands, the Event only fills what it left out
+        update = {k: v for k, v in update.items() if v is not None and getattr(line, k) is None}
+    return line.model_copy(update=update)
