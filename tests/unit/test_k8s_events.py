@@ -151,7 +151,8 @@ def test_scheduled_events_build_the_jobs_topology_one_pod_at_a_time():
 def test_a_producer_that_resolved_the_pod_itself_keeps_its_host_and_job():
     ev = _event("Pod", "llama-worker-3", "BackOff", "Back-off restarting failed container")
     rec = codec.loads(_shipped(ev))
-    rec["kubernetes"]["pod_node_name"] = "gpu-07"  # sickbay's watch: the pod's own node
+    rec["kubernetes"]["pod_node_name"] = "gpu-07"  # sickbay's watch: the pod's own node and name
+    rec["kubernetes"]["pod_name"] = "llama-worker-3"
     rec["job_id"] = "llama"
     line = normalize(codec.dumps(rec))
     assert (line.host, line.job_id, line.pod) == ("gpu-07", "llama", "llama-worker-3")
