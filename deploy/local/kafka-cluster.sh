@@ -188,9 +188,13 @@ start_node() {
 }
 
 wait_node() {
-    local n="$1" t0="$2"
+    local n="$1" t0="$2" pid
+    pid="$(read_pid "${n}")"
     while :; do
-        if ! is_running "${n}"; then
+        # The pid we just started: liveness only. is_running's cmdline check can read an empty or
+        # half-exec'd /proc/<pid>/cmdline while nohup -> setsid -> java exec one another, and a
+        # clean-clone CI run once took that instant for a broker that had died.
+        if [[ -z "${pid}" ]] || ! kill -0 "${pid}" 2>/dev/null; then
             tail -n 30 "$(node_dir "${n}")/logs/kafka.out" >&2 || true
             die "broker ${n} exited during start-up"
         fi
