@@ -43,7 +43,7 @@ demo-k8s: venv ## The same fault on a real kube-apiserver: PyTorchJob restarted 
 test: venv ## Lint, type-check and run every test (starts the local stack when needed)
 	bash deploy/local/test-tools.sh
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy schemas streams connectors
+	$(VENV)/bin/mypy schemas streams connectors benchmarks
 	SICKBAY_PYTHON=$(PY) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test-unit: venv ## Only the tests that need no running component
@@ -52,7 +52,7 @@ test-unit: venv ## Only the tests that need no running component
 lint: venv ## ruff + mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check . || true
-	$(VENV)/bin/mypy schemas streams connectors
+	$(VENV)/bin/mypy schemas streams connectors benchmarks
 
 bench: venv ## Run the benchmarks, append to benchmarks/RESULTS.md
 	$(PY) -m benchmarks.fault_to_drain

@@ -35,6 +35,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from benchmarks.machine import append_row, describe, today
 from benchmarks.scoreboard import scenario_options
 from connectors.kafka import ReliableProducer, admin, ensure_topics, wait_for_broker
+from connectors.kafka import delete_topics as drop_topics
 from connectors.sources.simulator import SimOptions, generate
 from connectors.sources.simulator.output import Record, iter_records
 from connectors.sources.simulator.shippers import Shipping
@@ -270,10 +271,7 @@ def group_lag(consumer: Consumer, topics: list[str], partitions: int) -> int | N
 
 def delete_topics(bootstrap: str, cat: TopicCatalog) -> None:
     """Drop a run's topics: hundreds of replicated partitions left behind cost every broker heap."""
-    names = [t.name for t in cat.all()]
-    for fut in admin(bootstrap).delete_topics(names, operation_timeout=30).values():
-        with contextlib.suppress(KafkaException):  # already gone, or never created
-            fut.result()
+    drop_topics(bootstrap, [t.name for t in cat.all()])
 
 
 # -- CPU -------------------------------------------------------------------------------------------

@@ -60,10 +60,15 @@ def _raw_records() -> list[tuple[bytes, str | None]]:
             f"collective operation timeout: WorkNCCL(SeqNum=1234, OpType=ALLREDUCE, NumelIn=1048576, "
             f"NumelOut=1048576, Timeout(ms)=600000) ran for 600081 milliseconds before timing out."
         )
-        rec = {"message": line, "timestamp": T0.isoformat(), "host": node, "file": "/scratch/slurm-42.out"}
-        out.append((codec.dumps(rec), node))
+        vec = {"message": line, "timestamp": T0.isoformat(), "host": node, "file": "/scratch/slurm-42.out"}
+        out.append((codec.dumps(vec), node))
     cuda = "RuntimeError: CUDA error: an illegal memory access was encountered"
-    rec = {"@timestamp": T0.timestamp(), "log": cuda, "hostname": "gpu-05", "filename": "/scratch/x.out"}
+    rec: dict[str, object] = {
+        "@timestamp": T0.timestamp(),
+        "log": cuda,
+        "hostname": "gpu-05",
+        "filename": "/scratch/x.out",
+    }
     out.append((codec.dumps(rec), "gpu-05"))
     ts = T0.strftime("%Y-%m-%dT%H:%M:%S.000")
     alloc = f"[{ts}] sched: Allocate JobId=42 NodeList=gpu-[01-04] #CPUs=8 Partition=gpu"

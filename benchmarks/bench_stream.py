@@ -383,13 +383,14 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
     parser.add_argument("--latency-faults", type=int, default=35, help="fault scenarios in (c)")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    parser.add_argument("--keep-topics", action="store_true", help="leave the run's topics on the broker")
     parser.add_argument(
         "--faust", action="append", default=[], metavar="KEY=JSON", help="Faust setting override (A/B runs)"
     )
     parser.add_argument("--note", default="", help="free text for the RESULTS.md row")
     args = parser.parse_args()
 
-    from connectors.kafka import ensure_topics, wait_for_broker
+    from connectors.kafka import delete_topics, ensure_topics, wait_for_broker
 
     base = Settings()
     bootstrap = base.kafka_bootstrap
@@ -488,6 +489,8 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
     finally:
         reader.stopping.set()
         worker.stop()
+        if not args.keep_topics:
+            delete_topics(bootstrap, [t.name for t in cat.all()])
     p50, p99 = _pct(latencies, 0.5), _pct(latencies, 0.99)
     result = {
         "events_per_s": round(e2e),

@@ -121,7 +121,7 @@ def _diagnose_one(job: tuple[int, str, int, str]) -> tuple[dict[str, Any], dict[
             job_id=sc.truth.job_id,
             attempt=1,
             status=IncidentStatus.OPEN,
-            category=Category(out["category"]),
+            category=Category(str(out["category"])),
             root_cause=RootCause(
                 rule=root_cause["rule"],
                 summary=root_cause["summary"],
@@ -174,10 +174,11 @@ class Reader(threading.Thread):
     def run(self) -> None:
         while not self.stopping.is_set():
             msg = self.consumer.poll(0.1)
-            if msg is None or msg.error() is not None or msg.value() is None:
+            value = msg.value() if msg is not None and msg.error() is None else None
+            if msg is None or value is None:
                 continue
             now = time.time()
-            self.seen.append((now, msg.topic(), msg.value()))
+            self.seen.append((now, msg.topic() or "", value))
             self.last_seen = now
         self.consumer.close()
 
@@ -224,7 +225,7 @@ def _settle(reader: Reader, settle_s: float) -> None:
 def run_stream(
     plan: list[tuple[int, str, int]], rows: dict[str, Row], workdir: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
-    from connectors.kafka import ensure_topics, wait_for_broker
+    from connectors.kafka import delete_topics, ensure_topics, wait_for_broker
     from streams.cli.demo import Demo, wait_for
 
     started_kafka = False
@@ -285,6 +286,8 @@ def run_stream(
         reader.join(10)
     finally:
         demo.stop("worker")
+        if not args.keep_kafka:  # the run's topics: left behind they slow every later broker start
+            delete_topics(s.kafka_bootstrap, [t.name for t in s.topics.all()])
         if started_kafka and not args.keep_kafka:
             _kafka("down")
     score_stream([rows[i] for i in ids], reader.seen, decisive_wall)
@@ -482,7 +485,9 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.55, help="seconds between scenario starts")
     parser.add_argument("--settle", type=float, default=30.0, help="seconds to wait for late incidents")
     parser.add_argument("--procs", type=int, default=max(1, min(2, os.cpu_count() or 1)))
-    parser.add_argument("--keep-kafka", action="store_true", help="leave a broker this run started")
+    parser.add_argument(
+        "--keep-kafka", action="store_true", help="leave a broker this run started, and the run's topics"
+    )
     parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/RESULTS.md")
     args = parser.parse_args()
     started = time.monotonic()

@@ -74,6 +74,21 @@ def wait_for_broker(bootstrap: str, timeout_s: float = 30.0) -> None:
     )
 
 
+def delete_topics(bootstrap: str, names: Iterable[str], timeout_s: float = 30.0) -> None:
+    """Drop a run's topics (benchmarks, tests): partitions left behind cost broker heap and make the
+    next start replay their logs. Topics already gone, or never created, are fine."""
+    names = list(names)
+    if not names:
+        return
+    client = admin(bootstrap)  # kept alive until every future resolves (a dropped client cancels them)
+    for fut in client.delete_topics(names, operation_timeout=timeout_s).values():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            if exc.args and getattr(exc.args[0], "code", lambda: None)() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                log.warning("could not delete a topic: %s", exc)
+
+
 def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], replication_factor: int = 1) -> list[str]:
     """Create missing topics with explicit partitions; refuse existing ones with a different count."""
     client = admin(bootstrap)
