@@ -389,6 +389,9 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
     )
     parser.add_argument("--note", default="", help="free text for the RESULTS.md row")
     args = parser.parse_args()
+    # a SIGTERM (a CI timeout, kill) unwinds through the finally blocks: the worker is stopped and the
+    # run's topics are dropped instead of a worker left running on its own
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from connectors.kafka import delete_topics, ensure_topics, wait_for_broker
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -490,6 +491,9 @@ def main() -> int:
     )
     parser.add_argument("--no-results", action="store_true", help="do not write benchmarks/RESULTS.md")
     args = parser.parse_args()
+    # a SIGTERM (a CI timeout, kill) unwinds through the finally blocks: the worker is stopped and the
+    # run's topics are dropped instead of a worker left running on its own
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     workdir = Settings().state_dir / "score" / datetime.now(UTC).strftime("%Y%m%d%H%M%S")
     workdir.mkdir(parents=True, exist_ok=True)

@@ -314,8 +314,8 @@ def _silent_rank(
     blocks = topology is not None and topology.ordered and len(topology.nodes) > 1
     if world is None and blocks:
         world = max(tally.ranks) + 1  # ranks are dense: a silent last rank is not seen this way
-    if world is None or world < 2:
-        return None
+    if world is None or world < 2 or len(tally.ranks) < MIN_REPORTING_SHARE * world:
+        return None  # (checked before any set is built: this runs on every signal of the window)
     reported = {r for r in tally.ranks if 0 <= r < world}
     silent = sorted(set(range(world)) - reported)
     if not silent or len(reported) < MIN_REPORTING_SHARE * world:
