@@ -143,7 +143,10 @@ def needs_corroboration(window: IncidentWindow) -> bool:
     fail with a CUDA error within seconds, which corroborates it) or another's (a profiler, a
     health check, a co-located job: the driver names it, ``pid=..., name=dcgmproftester12``, and
     training goes on). Alone it is no incident; the node-health detector still counts it, and
-    repeated on one GPU it becomes a hardware fault (``contextualise``)."""
+    repeated on one GPU it becomes a hardware fault (``contextualise``).
+
+    The streaming correlator applies this: it sees every job, failed or not. ``sickbay diagnose``
+    does not: it is pointed at a failed job's logs, where a lone Xid is the evidence there is."""
     roots, _ = contextualise(window.roots)
     if not roots:
         return False

@@ -11,7 +11,7 @@ from pathlib import Path
 from schemas.incidents import Category
 from schemas.raw import LogLine
 from schemas.signals import Role, Signal
-from streams.correlate.attribution import Verdict, attribute, needs_corroboration
+from streams.correlate.attribution import Verdict, attribute
 from streams.correlate.correlator import apply_topology, window_from
 from streams.correlate.state import RANK_PLACEMENT_RULE, placements
 from streams.diagnose.reader import MAX_LINE_BYTES, RawLine, ReadReport, read_chunks
@@ -112,8 +112,6 @@ class Diagnoser:
             if sig.role == Role.TOPOLOGY:
                 topology, _ = apply_topology(topology, sig, "diagnose")
         verdict = attribute(window, topology, places.get) if window is not None else None
-        if window is not None and needs_corroboration(window) and not _job_failed(signals):
-            verdict = None  # a lone application-class Xid and a job that did not fail: no incident
         return Diagnosis(verdict=verdict, signals=signals, report=report, rank_hosts=rank_hosts)
 
     @staticmethod
@@ -139,19 +137,6 @@ class Diagnoser:
             if host is not None:
                 return s.model_copy(update={"node": host})
         return s
-
-
-def _job_failed(signals: list[Signal]) -> bool:
-    """The logs show the job ending other than with exit status 0 (slurmctld's ``_job_complete``)."""
-    for s in signals:
-        if s.rule == "slurm.job_requeued":
-            return True
-        if s.rule == "slurm.job_complete" and (s.attrs.get("how"), s.attrs.get("status")) != (
-            "WEXITSTATUS",
-            0,
-        ):
-            return True
-    return False
 
 
 def culprit_text(verdict: Verdict) -> str | None:
