@@ -191,7 +191,7 @@ class DecideStep:
         state = GateState.model_validate(raw) if raw else GateState()
         verdict = admit(state, req, self.policy_file.valves_for(req.cluster), now)
         self.gate_state[state_key] = state.model_dump(mode="json")
-        if req.restore:
+        if req.restore or verdict.replay:
             return
         if verdict.approved:
             action = drain_action(req, now)

@@ -53,6 +53,7 @@ class Verdict(BaseModel):
     valve: str | None = None  # which valve held it back: blast_radius | partition_fraction | flapping
     note: str = ""
     alert: bool = False  # the valve just tripped: page a human
+    replay: bool = False  # this incident's drain of this node was admitted before: propose nothing again
 
 
 def _prune(state: GateState, valves: FleetValves, now: datetime) -> None:
@@ -83,6 +84,10 @@ def admit(state: GateState, req: IsolationRequest, valves: FleetValves, now: dat
         # Already drained (e.g. pre-emptively, as degrading): this incident's drain is re-asserted so its
         # own record is complete — the adapter answers "converged" — but it is not counted again.
         held = state.active[req.node]
+        if held.incident_id == req.incident_id:
+            # The same request again: its input re-read after a worker died between proposing the
+            # drain and committing the request's offset. The drain is out already; say nothing twice.
+            return Verdict(approved=False, replay=True, note=f"{req.node} already isolated for this incident")
         return Verdict(approved=True, note=f"{req.node} already isolated for {held.incident_id}; not counted")
 
     flaps = state.history.get(req.node, [])

@@ -287,7 +287,8 @@ def test_a_node_already_isolated_is_re_asserted_for_the_next_incident_but_not_co
     state, valves = GateState(), FleetValves(max_isolations_per_window=1)
     first = request("n1").model_copy(update={"expires_at": NOW + timedelta(hours=1)})
     assert admit(state, first, valves, NOW).approved
-    again = admit(state, request("n1"), valves, NOW + timedelta(minutes=5))
+    next_incident = request("n1").model_copy(update={"incident_id": "inc-next", "request_id": "r-next"})
+    again = admit(state, next_incident, valves, NOW + timedelta(minutes=5))
     assert again.approved and "already isolated" in again.note
     assert (
         len(state.recent) == 1 and len(state.history["n1"]) == 1
@@ -358,3 +359,11 @@ def test_a_straggler_is_isolated_but_its_job_is_not_restarted_by_default():
     assert (
         plan(inc, JobPolicy(restart_stragglers=True), Mode.ACT, JobRecord(), NOW).rule == "restart-excluding"
     )
+
+
+def test_the_same_incidents_request_read_again_after_a_worker_died_proposes_nothing_twice():
+    state, valves = GateState(), FleetValves()
+    assert admit(state, request("n1"), valves, NOW).approved
+    replay = admit(state, request("n1"), valves, NOW + timedelta(seconds=20))
+    assert (replay.approved, replay.replay, replay.alert) == (False, True, False)
+    assert len(state.recent) == 1
