@@ -17,6 +17,28 @@ T0 = datetime(2026, 11, 29, 3, 0, 0, tzinfo=UTC)
 EXTRACTOR = Extractor()
 
 
+class ListSink:
+    """Stands in for a collector's producer: every (topic, value, key) it was given, in order."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes, bytes | None]] = []
+
+    def produce(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+        self.records.append((topic, value, key))
+
+    def lines(self) -> list[dict[str, Any]]:
+        """Every record's value, decoded."""
+        return [codec.loads(v) for _, v, _ in self.records]
+
+    def on(self, topic: str) -> list[dict[str, Any]]:
+        """The decoded values sent to ``topic``."""
+        return [codec.loads(v) for t, v, _ in self.records if t == topic]
+
+    def keyed(self, topic: str) -> list[tuple[dict[str, Any], bytes | None]]:
+        """The decoded values sent to ``topic`` with their keys."""
+        return [(codec.loads(v), k) for t, v, k in self.records if t == topic]
+
+
 def slurmctld_allocate(job: str, nodes: str, at: datetime) -> bytes:
     ts = at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}"
     return f"[{ts}] sched: Allocate JobId={job} NodeList={nodes} #CPUs=8 Partition=gpu".encode()

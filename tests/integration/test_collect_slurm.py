@@ -30,21 +30,11 @@ from streams.correlate.correlator import apply_topology
 from streams.extract.extractor import Extractor
 from streams.extract.normalize import normalize
 from streams.settings import REPO_ROOT
+from tests.factories import ListSink
 
 pytestmark = pytest.mark.integration
 DRAIN_NODE = "gpu-04"
 EXTRACTOR = Extractor()
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes, bytes | None]] = []
-
-    def produce(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        self.records.append((topic, value, key))
-
-    def lines(self) -> list[dict[str, Any]]:
-        return [codec.loads(v) for _, v, _ in self.records]
 
 
 def _env(conf: Path) -> dict[str, str]:

@@ -21,11 +21,11 @@ from connectors.sources.nvml.api import (
     RemappedRows,
     XidEvent,
 )
-from schemas import codec
 from schemas.telemetry import GpuTelemetry
 from streams.extract.extractor import Extractor
 from streams.extract.normalize import normalize
 from streams.settings import REPO_ROOT
+from tests.factories import ListSink
 
 NOW = datetime(2026, 11, 29, 21, 0, tzinfo=UTC)
 
@@ -123,17 +123,6 @@ class FakeNvml:
     def wait_xid(self, timeout_ms: int) -> XidEvent | None:
         self.waits.append(timeout_ms)
         return self.events.popleft() if self.events else None
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes, bytes | None]] = []
-
-    def produce(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        self.records.append((topic, value, key))
-
-    def on(self, topic: str) -> list[dict[str, Any]]:
-        return [codec.loads(v) for t, v, _ in self.records if t == topic]
 
 
 def agent(nvml: FakeNvml, sink: ListSink) -> NvmlAgent:

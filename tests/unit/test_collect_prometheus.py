@@ -17,6 +17,7 @@ from schemas import codec
 from schemas.telemetry import GpuTelemetry
 from streams.extract.extractor import Extractor
 from streams.extract.normalize import normalize
+from tests.factories import ListSink
 
 NOW = datetime(2026, 11, 29, 21, 0, tzinfo=UTC)
 GPUS = [
@@ -116,17 +117,6 @@ def server() -> Iterator[Server]:
     srv.httpd.server_close()
 
 
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes, bytes | None]] = []
-
-    def produce(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        self.records.append((topic, value, key))
-
-    def on(self, topic: str) -> list[tuple[dict[str, Any], bytes | None]]:
-        return [(codec.loads(v), k) for t, v, k in self.records if t == topic]
-
-
 def collector(sink: ListSink, **kw: Any) -> PrometheusCollector:
     return PrometheusCollector(sink, "raw.telemetry", "raw.logs", cluster="c1", clock=lambda: NOW, **kw)
 
@@ -135,7 +125,7 @@ def test_one_gpu_telemetry_record_per_gpu_per_scrape_with_dcgm_labels_mapped(ser
     sink = ListSink()
     col = collector(sink, metrics_urls=[server.url + "/metrics"])
     assert col.scrape_once() == 2
-    recs = [(GpuTelemetry.model_validate(v), k) for v, k in sink.on("raw.telemetry")]
+    recs = [(GpuTelemetry.model_validate(v), k) for v, k in sink.keyed("raw.telemetry")]
     assert len(recs) == 2
     by_gpu = {r.gpu: (r, k) for r, k in recs}
     r1, key = by_gpu[1]
@@ -155,7 +145,7 @@ def test_one_gpu_telemetry_record_per_gpu_per_scrape_with_dcgm_labels_mapped(ser
     assert r1.metrics["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] == 4
     assert r1.metrics["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.93)
     assert len(r1.metrics) == 9
-    assert sink.on("raw.logs") == []  # first scrape is the baseline
+    assert sink.keyed("raw.logs") == []  # first scrape is the baseline
     (reach,) = col.coverage.reached()
     assert (reach.kind, reach.target, reach.ok, reach.state, reach.detail) == (
         "exporter",
@@ -175,7 +165,7 @@ def test_a_new_xid_and_new_double_bit_errors_become_lines_the_existing_rules_att
     col.scrape_once()
     server.metrics = dcgm_text(xid=(13, 79), dbe=(2, 0))
     col.scrape_once()
-    lines = sink.on("raw.logs")
+    lines = sink.keyed("raw.logs")
     assert [v["line"] for v, _ in lines] == [
         "Detected 2 volatile double-bit ECC error(s) in GPU 0.",
         "NVRM: Xid (PCI:0000:5e:00): 79, reported by dcgm-exporter (DCGM_FI_DEV_XID_ERRORS)",
@@ -189,7 +179,7 @@ def test_a_new_xid_and_new_double_bit_errors_become_lines_the_existing_rules_att
     xid = next(s for s in signals if s.rule == "gpu.xid")
     assert (xid.node, xid.attrs["code"], xid.gpu, xid.job_id) == ("gpu-03", 79, "0000:5e:00", "4711")
     col.scrape_once()  # unchanged values: nothing new
-    assert len(sink.on("raw.logs")) == 2
+    assert len(sink.keyed("raw.logs")) == 2
 
 
 def test_promql_instant_queries_merge_into_one_record_per_gpu(server):
@@ -223,7 +213,7 @@ def test_promql_instant_queries_merge_into_one_record_per_gpu(server):
     sink = ListSink()
     col = collector(sink, prometheus_url=server.url, queries=[*server.query_answers, "sum(rate(x[5m]"])
     assert col.scrape_once() == 2
-    recs = {r.gpu: r for r in (GpuTelemetry.model_validate(v) for v, _ in sink.on("raw.telemetry"))}
+    recs = {r.gpu: r for r in (GpuTelemetry.model_validate(v) for v, _ in sink.keyed("raw.telemetry"))}
     assert recs[1].metrics == {"DCGM_FI_DEV_GPU_TEMP": 77, "DCGM_FI_DEV_SM_CLOCK": 1410}
     assert (recs[1].node, recs[1].job_id, recs[1].source) == ("gpu-01", "trainer-0", "prometheus")
     assert recs[1].time == datetime.fromtimestamp(1764450000.5, tz=UTC)

@@ -24,6 +24,7 @@ from schemas.telemetry import GpuTelemetry
 from streams.correlate.straggler import StragglerConfig, evaluate, observe_telemetry
 from streams.extract.extractor import Extractor
 from streams.extract.normalize import normalize
+from tests.factories import ListSink
 
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "real_gpu" / "captured"
 RECORDING = json.loads((CAPTURED / "nvml_recording.json").read_text())
@@ -99,14 +100,6 @@ class RecordedNvml:
     def wait_xid(self, timeout_ms: int) -> XidEvent | None:
         _replay(RECORDING["wait_xid_200ms"])
         return None
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes, bytes | None]] = []
-
-    def produce(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        self.records.append((topic, value, key))
 
 
 def _telemetry_of_every_sample() -> list[GpuTelemetry]:
