@@ -261,3 +261,17 @@ def test_without_libnvidia_ml_the_command_says_so_and_exits_non_zero():
     )
     assert proc.returncode == 2, proc.stderr
     assert "libnvidia-ml.so.1 cannot be loaded" in proc.stderr
+
+
+def test_the_loop_samples_each_interval_and_takes_xid_events_in_between_in_short_waits():
+    nvml = FakeNvml([FakeGpu(0, "00000000:3B:00.0")])
+    nvml.events.append(XidEvent(index=0, code=79))
+    sink = ListSink()
+    a = agent(nvml, sink)
+    ticks: list[int] = []
+    a.run(0.3, lambda: False, on_tick=lambda: ticks.append(1), stop_after_s=0.5)
+    assert len(sink.on("raw.telemetry")) == 3  # at 0 s, 0.3 s and 0.6 s, then stop_after ends it
+    assert [r["line"] for r in sink.on("raw.logs")] == [
+        "NVRM: Xid (PCI:0000:3b:00): 79, reported by NVML (nvmlEventTypeXidCriticalError)"
+    ]
+    assert nvml.waits and max(nvml.waits) <= 500 and len(ticks) > 3

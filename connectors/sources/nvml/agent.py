@@ -30,6 +30,7 @@ from typing import Protocol, TypeVar
 
 from connectors.sources.nvml.api import NvmlApi, NvmlError, NvmlGpuLost, NvmlNotSupported
 from connectors.sources.nvml.lines import change_lines, kernel_pci, xid_line
+from connectors.sources.polling import poll_loop
 from schemas import codec
 from schemas.base import utcnow
 from schemas.collector import Reach
@@ -332,22 +333,23 @@ class NvmlAgent:
         on_tick: Callable[[], None] | None = None,
         stop_after_s: float | None = None,
     ) -> None:
-        started = time.monotonic()
-        watching = self.coverage.xid_events == "watching"
-        while not stop():
-            t0 = time.monotonic()
-            self.sample_once()
+        def take_events(left: float) -> None:
+            self.wait_events(int(min(left, 0.5) * 1000))  # short waits: SIGTERM is seen within 0.5 s
             if on_tick is not None:
                 on_tick()
-            if stop_after_s is not None and time.monotonic() - started >= stop_after_s:
-                break
-            while not stop() and (left := interval_s - (time.monotonic() - t0)) > 0:
-                if watching:
-                    self.wait_events(int(min(left, 0.5) * 1000))  # short waits: SIGTERM is seen within 0.5 s
-                    if on_tick is not None:
-                        on_tick()
-                else:
-                    time.sleep(min(left, 0.2))
+
+        def nap(left: float) -> None:
+            time.sleep(min(left, 0.2))
+
+        watching = self.coverage.xid_events == "watching"
+        poll_loop(
+            self.sample_once,
+            interval_s,
+            stop,
+            on_tick=on_tick,
+            stop_after_s=stop_after_s,
+            wait=take_events if watching else nap,
+        )
 
     def close(self) -> None:
         try:
