@@ -61,6 +61,7 @@ class Verdict:
     coverage: list[str]
     decisive: bool
     extra: dict[str, str] = field(default_factory=dict)
+    uncorroborated: bool = False  # only a lone application-class Xid: no incident until the job fails
 
     def fingerprint(self) -> str:
         """What the decide step acts on; a change here is worth an immediate revision."""
@@ -136,8 +137,9 @@ def contextualise(roots: list[Signal]) -> tuple[list[Signal], list[Signal]]:
     return out, demoted
 
 
-def needs_corroboration(window: IncidentWindow) -> bool:
-    """Only application-class Xids (13, 31: a process faulted on that GPU) and nothing else.
+def _uncorroborated(roots: list[Signal], window: IncidentWindow) -> bool:
+    """The (contextualised) roots are only application-class Xids (13, 31: a process faulted on that
+    GPU) and nothing else happened.
 
     The kernel line says a process on the GPU faulted, not which: the job's own (then its ranks
     fail with a CUDA error within seconds, which corroborates it) or another's (a profiler, a
@@ -145,9 +147,9 @@ def needs_corroboration(window: IncidentWindow) -> bool:
     training goes on). Alone it is no incident; the node-health detector still counts it, and
     repeated on one GPU it becomes a hardware fault (``contextualise``).
 
-    The streaming correlator applies this: it sees every job, failed or not. ``sickbay diagnose``
-    does not: it is pointed at a failed job's logs, where a lone Xid is the evidence there is."""
-    roots, _ = contextualise(window.roots)
+    The streaming correlator applies this (``Verdict.uncorroborated``): it sees every job, failed or
+    not. ``sickbay diagnose`` does not: it is pointed at a failed job's logs, where a lone Xid is the
+    evidence there is."""
     if not roots:
         return False
     if any(
@@ -415,6 +417,7 @@ def attribute(
         evidence=evidence,
         coverage=sorted(kinds),
         decisive=root.decisive,
+        uncorroborated=_uncorroborated(roots, window),
     )
 
 

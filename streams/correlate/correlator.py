@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from schemas.incidents import Incident, IncidentStatus
 from schemas.signals import JobNodeAssignment, Role, Signal
-from streams.correlate.attribution import PlaceOf, Verdict, attribute, needs_corroboration, root_cause
+from streams.correlate.attribution import PlaceOf, Verdict, attribute, root_cause
 from streams.correlate.state import SAMPLES_PER_RULE, IncidentWindow, JobTopology, RuleTally
 
 OPENING_ROLES = {Role.ROOT_CANDIDATE, Role.CASCADE}
@@ -338,7 +338,7 @@ def decide_now(
     waiting_for_root = not window.roots and window.revision == 0
     if waiting_for_root:
         return window, None  # a cascade alone waits root_grace_s (see tick)
-    if window.revision == 0 and needs_corroboration(window) and not failed(topo):
+    if window.revision == 0 and verdict.uncorroborated and not failed(topo):
         return window, None  # a lone application-class Xid waits for the job to fail (see tick)
     if window.revision == 0 or verdict.fingerprint() != window.fingerprint:
         return _emit(window, topo, verdict, now)
@@ -364,7 +364,7 @@ def tick(
     )
     if verdict is None:
         return (window.model_copy(update={"closed": True}), None) if quiet else (window, None)
-    if window.revision == 0 and needs_corroboration(window) and not failed(topo):
+    if window.revision == 0 and verdict.uncorroborated and not failed(topo):
         # nothing failed: close quietly when the window goes quiet (a job that ends cleanly too)
         closing = quiet or job_over
         return (window.model_copy(update={"closed": True}), None) if closing else (window, None)
