@@ -20,7 +20,8 @@
 #   SICKBAY_KAFKA_PORT             39092  (client listener, 127.0.0.1 only)
 #   SICKBAY_KAFKA_CONTROLLER_PORT  39093
 #   SICKBAY_KAFKA_HEAP             "-Xms256m -Xmx768m"
-#   SICKBAY_KAFKA_START_TIMEOUT    120 (seconds to wait for readiness)
+#   SICKBAY_KAFKA_START_TIMEOUT    300 (seconds to wait for readiness: a data dir holding a test run's
+#                                  topics replays them for minutes on 2 cores)
 #   JAVA_HOME                      optional; otherwise `java` from PATH
 set -euo pipefail
 
@@ -34,7 +35,7 @@ KAFKA_VERSION="${SICKBAY_KAFKA_VERSION:-4.1.1}"
 PORT="${SICKBAY_KAFKA_PORT:-39092}"
 CONTROLLER_PORT="${SICKBAY_KAFKA_CONTROLLER_PORT:-39093}"
 HEAP="${SICKBAY_KAFKA_HEAP:--Xms256m -Xmx768m}"
-START_TIMEOUT="${SICKBAY_KAFKA_START_TIMEOUT:-120}"
+START_TIMEOUT="${SICKBAY_KAFKA_START_TIMEOUT:-300}"
 STOP_TIMEOUT=30
 HOST=127.0.0.1
 
