@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,26 @@ def _running(name: str) -> bool:
     return _script(name, "status").returncode == 0
 
 
+@contextmanager
+def _topics_dropped_after(bootstrap: str) -> Iterator[None]:
+    """Drop every topic the session created. Each test names its own topics, so a suite leaves
+    about a thousand partitions behind; the broker replays all of them at its next start, which
+    made `make test` then `make demo` in one checkout wait minutes for the broker."""
+    from connectors.kafka import admin, delete_topics
+
+    before = set(admin(bootstrap).list_topics(timeout=10.0).topics)
+    try:
+        yield
+    finally:
+        try:
+            after = set(admin(bootstrap).list_topics(timeout=10.0).topics)
+            created = sorted(t for t in after - before if not t.startswith("__"))
+            for i in range(0, len(created), 200):
+                delete_topics(bootstrap, created[i : i + 200], timeout_s=60.0)
+        except Exception as exc:  # cleanup must not turn a green run red
+            print(f"warning: could not drop the test session's topics: {exc}")
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     from connectors.kafka import KafkaUnavailable, wait_for_broker
@@ -52,7 +73,8 @@ def kafka_bootstrap() -> Iterator[str]:
             wait_for_broker(addr, 30)
         except KafkaUnavailable as exc:
             pytest.fail(f"SICKBAY_TEST_KAFKA={addr} does not answer: {exc}")
-        yield addr
+        with _topics_dropped_after(addr):
+            yield addr
         return
     if docker_available():
         from testcontainers.kafka import KafkaContainer
@@ -69,7 +91,8 @@ def kafka_bootstrap() -> Iterator[str]:
         )
     addr = f"127.0.0.1:{os.environ.get('SICKBAY_KAFKA_PORT', '39092')}"
     wait_for_broker(addr, 60)
-    yield addr
+    with _topics_dropped_after(addr):
+        yield addr
     if not was_running:
         _script("kafka.sh", "down")
 
