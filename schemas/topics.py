@@ -38,6 +38,7 @@ TABLE_NODE_JOBS = "node-jobs"
 TABLE_JOB_TOPOLOGY = "job-topology"
 TABLE_INCIDENT_WINDOWS = "incident-windows"
 TABLE_RANK_PLACES = "rank-places"  # "job|rank" → node and GPU the rank runs on (NCCL init lines)
+TABLE_JOB_LOOKBACK = "job-lookback"  # job → the latest context hint per rank, from before any incident
 TABLE_DECIDE_ISSUED = "decide-issued"
 TABLE_DECIDE_JOBS = "decide-jobs"  # job → JobInfo + recovery history (restarts, confirmations)
 TABLE_DECIDE_GATE = "decide-gate"  # cluster → recent isolations and per-node flap history
@@ -49,6 +50,7 @@ FAUST_TABLES = (
     TABLE_JOB_TOPOLOGY,
     TABLE_INCIDENT_WINDOWS,
     TABLE_RANK_PLACES,
+    TABLE_JOB_LOOKBACK,
     TABLE_DECIDE_ISSUED,
     TABLE_DECIDE_JOBS,
     TABLE_DECIDE_GATE,

@@ -26,10 +26,12 @@ from schemas.topics import (
     TABLE_INCIDENT_WINDOWS,
     TABLE_JOB_TOPOLOGY,
     TABLE_NODE_JOBS,
+    TABLE_JOB_LOOKBACK,
     TABLE_RANK_PLACES,
 )
 from streams.correlate.attribution import PlaceOf
 from streams.correlate.correlator import Timing, add_signal, apply_topology, decide_now, tick
+from streams.correlate.lookback import LOOKBACK_RULES, recall, remember
 from streams.correlate.state import (
     RANK_PLACEMENT_RULE,
     IncidentWindow,
@@ -119,6 +121,8 @@ class CorrelateStage:
         # included, spares a store read and a validation each time. This stage is the table's only
         # writer; a rebalance (tables recovered from changelogs) empties it.
         self._places: dict[str, RankPlace | None] = {}
+        # job -> the latest context hint per rank from before its incident (lookback.py)
+        self.lookback = app.Table(TABLE_JOB_LOOKBACK, default=None, partitions=settings.partitions)
         app.on_partitions_revoked.connect(self.forget_places)
         app.on_partitions_assigned.connect(self.forget_places)
 
@@ -236,8 +240,21 @@ class CorrelateStage:
             return
         if signal.role == Role.TOPOLOGY:
             await self.on_topology(job_id, signal, window, topo, now)
+        elif signal.rule in LOOKBACK_RULES and (window is None or window.closed):
+            held = remember(self.lookback.get(job_id), signal)
+            if held is not None:
+                self.lookback[job_id] = held
         else:
             updated = add_signal(window, topo, signal, self.cluster, now)
+            if (
+                updated is not None
+                and updated.opening_signal_id == signal.signal_id
+                and (window is None or window.closed)
+            ):
+                first = updated.first_signal_time  # stays the opening signal's: the hints came before
+                for hint in recall(self.lookback.get(job_id)):  # a new window: what came before it
+                    updated = add_signal(updated, topo, hint, self.cluster, now) or updated
+                updated = updated.model_copy(update={"first_signal_time": first})
             if updated is not None:
                 updated, incident = decide_now(updated, topo, now, self.timing, self.place_of(job_id))
                 await self.publish(incident)
@@ -268,6 +285,8 @@ class CorrelateStage:
 
     def drop_places(self, job_id: str) -> None:
         """Forget a finished job's placements: rank 0 is in every world communicator and says its size."""
+        if self.lookback.get(job_id) is not None:
+            self.lookback.pop(job_id, None)
         raw = self.rank_places.get(f"{job_id}|0")
         if not raw:
             return
@@ -348,6 +367,7 @@ def register(pipe: Pipeline) -> None:
             "job_topology": stage.job_topology,
             "windows": stage.windows,
             "rank_places": stage.rank_places,
+            "lookback": stage.lookback,
         }
     )
 

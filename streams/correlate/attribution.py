@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from schemas.incidents import Category, Culprit, Evidence, RootCause, Symptom
 from schemas.signals import Role, Signal
@@ -338,6 +339,48 @@ def _silent_rank(
     return Culprit(node=nodes.pop(), rank=silent[0])
 
 
+BUSY_RULE = "progress.rank_local_work_bar"
+SETUP_BARRIER_RULE = "nccl.watchdog_setup_barrier_timeout"
+DEFAULT_COLLECTIVE_TIMEOUT = timedelta(minutes=30)  # PyTorch's default for NCCL process groups
+
+
+def _busy_rank(window: IncidentWindow) -> Signal | None:
+    """A rank that was working on its own while the others timed out waiting for it.
+
+    The others' watchdogs fire ``Timeout(ms)`` after they entered the collective; a rank that
+    printed a dataset-preparation or evaluation bar after that moment, and never timed out itself,
+    was busy rather than hung (a hung rank prints nothing). Rank-local work outlasted the timeout:
+    the application's (restart and it happens again). A bar without a rank label counts for rank 0,
+    the main process that does such work, when rank 0 did not time out.
+    """
+    bars = window.tallies.get(BUSY_RULE)
+    if bars is None:
+        return None
+    timeouts = [s for s in window.roots if s.rule == SETUP_BARRIER_RULE]  # a barrier's: a root candidate
+    watch = window.tallies.get(WATCHDOG_RULE)
+    if watch is not None:
+        timeouts.extend(watch.samples)
+    reported = {s.rank for s in timeouts if s.rank is not None}
+    if watch is not None:
+        reported.update(watch.ranks)
+    if not timeouts or not reported:
+        return None
+    first = min(s.event_time for s in timeouts)
+    timeout_ms = timeouts[0].attrs.get("timeout_ms")
+    timeout = (
+        timedelta(milliseconds=timeout_ms)
+        if isinstance(timeout_ms, int) and timeout_ms > 0
+        else DEFAULT_COLLECTIVE_TIMEOUT
+    )
+    waiting_since = first - timeout
+    for bar in sorted(bars.samples, key=lambda s: s.event_time, reverse=True):
+        if bar.event_time < waiting_since:
+            break  # older bars are older still
+        if (0 if bar.rank is None else bar.rank) not in reported:
+            return bar
+    return None
+
+
 def attribute(
     window: IncidentWindow, topology: JobTopology | None, place: PlaceOf | None = None
 ) -> Verdict | None:
@@ -401,17 +444,26 @@ def attribute(
     else:
         confidence = 0.7 if cascade_elsewhere else 0.6
 
-    culprit = (
-        _silent_rank(window, topology, place)
-        if is_cascade_root
-        else Culprit(node=root.node, gpu=root.gpu, rank=root.rank)
-    )
+    waited = is_cascade_root or root.rule == SETUP_BARRIER_RULE  # the reporting ranks are victims
+    busy = _busy_rank(window) if waited else None
+    if busy is not None:  # nobody hung: one rank's own work outlasted the collective timeout
+        root, category, culprit, restartable = busy, Category.APPLICATION, None, False
+        confidence = 0.6
+        evidence = [_evidence(busy), *evidence][:MAX_EVIDENCE]
+    else:
+        if is_cascade_root:
+            culprit = _silent_rank(window, topology, place)
+        elif waited:
+            culprit = None  # the rank that reported the barrier's timeout is the one that arrived
+        else:
+            culprit = Culprit(node=root.node, gpu=root.gpu, rank=root.rank)
+        restartable = True if root.restartable is None else root.restartable
     return Verdict(
         root=root,
         category=category,
         culprit=culprit,
-        isolate=[] if is_cascade_root else _isolate(root),
-        restartable=True if root.restartable is None else root.restartable,
+        isolate=[] if is_cascade_root or busy is not None else _isolate(root),
+        restartable=restartable,
         confidence=confidence,
         supporting=supporting,
         evidence=evidence,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
+from dataclasses import replace
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from unittest.mock import AsyncMock
@@ -213,6 +214,31 @@ async def test_a_finished_job_without_an_incident_leaves_no_rank_placements_behi
         assert table.get("43|9") is not None
         await agent.put(_as_dict(done), key=b"43")
         assert table.get("43|0") is None and table.get("43|9") is None
+
+
+async def test_a_bar_printed_before_the_others_timed_out_joins_the_incident_they_open(pipe: Pipeline):
+    """The bar comes minutes before any initiating signal: the look-back table holds it until the
+    timeouts open the window, and the verdict reads the rank as busy, not hung."""
+    stage = pipe.agents["stage"]
+    stage.timing = replace(stage.timing, root_grace_s=0.0)
+    bar = "[rank0]:Map (num_proc=8):  45%|████▌     | 450000/1000000 [12:01<14:41, 623.40 examples/s]"
+    bars = [one(job_output("gpu-01", "42", T0 + timedelta(seconds=s), bar), offset=s) for s in (200, 230, 400)]
+    timeouts = [
+        one(nccl_timeout("gpu-01", r, "42", T0 + timedelta(minutes=10)), offset=1000 + r) for r in (1, 2, 3)
+    ]
+    async with pipe.agents["correlate"].test_context() as agent:
+        for sig in bars:
+            await agent.put(_as_dict(sig), key=b"42")
+        held = pipe.tables["lookback"].get("42")
+        assert held is not None and list(held) == ["0"]
+        assert held["0"]["event_time"].startswith((T0 + timedelta(seconds=400)).strftime("%Y-%m-%dT%H:%M:%S"))
+        assert pipe.sent["incidents"] == []  # a hint alone opens nothing
+        for sig in timeouts:
+            await agent.put(_as_dict(sig), key=b"42")
+        await agent.put({"tick": True}, key=b"42")
+    [(_, incident)] = pipe.sent["incidents"]
+    assert (incident.category, incident.restartable, incident.culprit) == (Category.APPLICATION, False, None)
+    assert incident.root_cause.rule == "progress.rank_local_work_bar"
 
 
 async def test_correlate_dead_letters_an_invalid_signal(pipe: Pipeline):
