@@ -24,9 +24,9 @@ from schemas.incidents import Incident
 from schemas.signals import JobNodeAssignment, Role, Signal
 from schemas.topics import (
     TABLE_INCIDENT_WINDOWS,
+    TABLE_JOB_LOOKBACK,
     TABLE_JOB_TOPOLOGY,
     TABLE_NODE_JOBS,
-    TABLE_JOB_LOOKBACK,
     TABLE_RANK_PLACES,
 )
 from streams.correlate.attribution import PlaceOf
@@ -240,25 +240,33 @@ class CorrelateStage:
             return
         if signal.role == Role.TOPOLOGY:
             await self.on_topology(job_id, signal, window, topo, now)
-        elif signal.rule in LOOKBACK_RULES and (window is None or window.closed):
+        else:
+            await self.on_signal(job_id, signal, window, topo, now)
+
+    async def on_signal(
+        self,
+        job_id: str,
+        signal: Signal,
+        window: IncidentWindow | None,
+        topo: JobTopology | None,
+        now: datetime,
+    ) -> None:
+        if signal.rule in LOOKBACK_RULES and (window is None or window.closed):
             held = remember(self.lookback.get(job_id), signal)
             if held is not None:
                 self.lookback[job_id] = held
-        else:
-            updated = add_signal(window, topo, signal, self.cluster, now)
-            if (
-                updated is not None
-                and updated.opening_signal_id == signal.signal_id
-                and (window is None or window.closed)
-            ):
-                first = updated.first_signal_time  # stays the opening signal's: the hints came before
-                for hint in recall(self.lookback.get(job_id)):  # a new window: what came before it
-                    updated = add_signal(updated, topo, hint, self.cluster, now) or updated
-                updated = updated.model_copy(update={"first_signal_time": first})
-            if updated is not None:
-                updated, incident = decide_now(updated, topo, now, self.timing, self.place_of(job_id))
-                await self.publish(incident)
-                self.windows[job_id] = _dump(updated)
+            return
+        updated = add_signal(window, topo, signal, self.cluster, now)
+        if updated is None:
+            return
+        if updated.opening_signal_id == signal.signal_id and (window is None or window.closed):
+            first = updated.first_signal_time  # stays the opening signal's: the hints came before
+            for hint in recall(self.lookback.get(job_id)):  # a new window: what came before it
+                updated = add_signal(updated, topo, hint, self.cluster, now) or updated
+            updated = updated.model_copy(update={"first_signal_time": first})
+        updated, incident = decide_now(updated, topo, now, self.timing, self.place_of(job_id))
+        await self.publish(incident)
+        self.windows[job_id] = _dump(updated)
 
     async def forget_places(self, *_: Any, **__: Any) -> None:
         self._places.clear()

@@ -277,6 +277,99 @@ def placed(root: Signal, topology: JobTopology | None, place: PlaceOf | None) ->
     return root.model_copy(update=update)
 
 
+PEER_CLOSED_RULE = "infra.connection_closed_by_peer"
+
+
+def _named_peer(window: IncidentWindow, topology: JobTopology | None) -> str | None:
+    """The one job node the surviving ranks name as the peer that closed on them, if they agree.
+
+    NCCL's ``Last error:`` under a remote error names the dead process's host (``socketProgress:
+    Connection closed by remote peer gpu-17<40688>``). A host that is not one of the job's nodes,
+    or two different hosts, name nobody."""
+    tally = window.tallies.get(PEER_CLOSED_RULE)
+    if tally is None:
+        return None
+    named: set[str] = set()
+    for sample in tally.samples:
+        peer = sample.attrs.get("peer")
+        if isinstance(peer, str) and peer:
+            node = _job_node(peer, topology)
+            if node is None:
+                return None
+            named.add(node)
+    return named.pop() if len(named) == 1 else None
+
+
+def with_dead_peer(root: Signal, window: IncidentWindow, topology: JobTopology | None) -> Signal:
+    """An unlabelled training-log root is placed where the dead peer was.
+
+    A line like ``RuntimeError: CUDA error: uncorrectable ECC error encountered`` names no rank; when
+    srun gathers every rank's output on the batch host, its host is the collector, not the failing
+    node. If every surviving rank names one other job node as the peer that went away, the line came
+    from there. A root that names its rank, one already placed, or one on the named node stays."""
+    if root.source.kind != "training" or root.rank is not None or "logged_on" in root.attrs:
+        return root
+    if isinstance(root.attrs.get("srun_task"), int) or topology is None or len(topology.nodes) < 2:
+        return root
+    peer = _named_peer(window, topology)
+    if peer is None or peer == _job_node(root.node or "", topology):
+        return root
+    attrs = {**root.attrs, "logged_on": root.node} if root.node else root.attrs
+    return root.model_copy(update={"node": peer, "gpu": None, "attrs": attrs})
+
+
+def _nccl_release(value: object) -> str | None:
+    """``2.18.1+cuda12.4`` → ``2.18.1``: the build suffix is not a different library."""
+    return value.split("+", 1)[0] if isinstance(value, str) and value else None
+
+
+def _version_skew(root: Signal, window: IncidentWindow) -> str | None:
+    """The NCCL release the rest of the job runs, when the failing rank's differs from it.
+
+    PyTorch appends ``NCCL version X`` to every NCCL error. If the root's rank loaded one release
+    and every other rank that reported an error another, the failing node runs different software
+    (a stale image, a library on its local path): the node's fault, and the job runs again without it.
+    """
+    own = _nccl_release(root.attrs.get("nccl_version"))
+    if own is None or root.node is None:
+        return None
+    others: set[str] = set()
+    for tally in window.tallies.values():
+        for sample in tally.samples:
+            release = _nccl_release(sample.attrs.get("nccl_version"))
+            if release is not None and sample.node != root.node:
+                others.add(release)
+    if len(others) != 1 or own in others:
+        return None
+    return others.pop()
+
+
+def _with_version_skew(root: Signal, window: IncidentWindow) -> tuple[Signal, bool]:
+    """A root on a node whose NCCL release differs from the job's is that node's fault: excluded,
+    and the job restarts without it."""
+    expected = _version_skew(root, window)
+    if expected is None:
+        return root, False
+    own = root.attrs.get("nccl_version")
+    summary = f"{root.summary}: this node loads NCCL {own}, the job's other ranks {expected}"
+    return root.model_copy(update={"isolation": "node", "restartable": True, "summary": summary}), True
+
+
+def _culprit(
+    root: Signal,
+    window: IncidentWindow,
+    topology: JobTopology | None,
+    place: PlaceOf | None,
+    is_cascade_root: bool,
+    waited: bool,
+) -> Culprit | None:
+    if is_cascade_root:
+        return _silent_rank(window, topology, place)
+    if waited:
+        return None  # the rank that reported the barrier's timeout is one that arrived
+    return Culprit(node=root.node, gpu=root.gpu, rank=root.rank)
+
+
 WATCHDOG_RULE = "nccl.watchdog_timeout"
 MIN_REPORTING_SHARE = 0.75  # of the world's ranks must have reported their timeout
 MAX_SILENT_SHARE = 1 / 16  # at most this share may be silent (one node of a 16-node job)
@@ -388,7 +481,7 @@ def attribute(
     if picked is None:
         return None
     root, roots, demoted = picked
-    root = placed(root, topology, place)
+    root, skewed = _with_version_skew(with_dead_peer(placed(root, topology, place), window, topology), window)
     cascades = [t for t in window.tallies.values() if t.samples and t.samples[0].role == Role.CASCADE]
     is_cascade_root = root.role == Role.CASCADE
     category = Category.UNKNOWN if is_cascade_root else (root.category or Category.UNKNOWN)
@@ -444,20 +537,15 @@ def attribute(
     else:
         confidence = 0.7 if cascade_elsewhere else 0.6
 
+    if skewed:
+        confidence = max(confidence, 0.85)
     waited = is_cascade_root or root.rule == SETUP_BARRIER_RULE  # the reporting ranks are victims
     busy = _busy_rank(window) if waited else None
     if busy is not None:  # nobody hung: one rank's own work outlasted the collective timeout
-        root, category, culprit, restartable = busy, Category.APPLICATION, None, False
-        confidence = 0.6
+        root, category, confidence = busy, Category.APPLICATION, 0.6
         evidence = [_evidence(busy), *evidence][:MAX_EVIDENCE]
-    else:
-        if is_cascade_root:
-            culprit = _silent_rank(window, topology, place)
-        elif waited:
-            culprit = None  # the rank that reported the barrier's timeout is the one that arrived
-        else:
-            culprit = Culprit(node=root.node, gpu=root.gpu, rank=root.rank)
-        restartable = True if root.restartable is None else root.restartable
+    culprit = None if busy is not None else _culprit(root, window, topology, place, is_cascade_root, waited)
+    restartable = True if root.restartable is None else root.restartable
     return Verdict(
         root=root,
         category=category,

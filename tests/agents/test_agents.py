@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from dataclasses import replace
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from unittest.mock import AsyncMock
 
@@ -222,7 +222,9 @@ async def test_a_bar_printed_before_the_others_timed_out_joins_the_incident_they
     stage = pipe.agents["stage"]
     stage.timing = replace(stage.timing, root_grace_s=0.0)
     bar = "[rank0]:Map (num_proc=8):  45%|████▌     | 450000/1000000 [12:01<14:41, 623.40 examples/s]"
-    bars = [one(job_output("gpu-01", "42", T0 + timedelta(seconds=s), bar), offset=s) for s in (200, 230, 400)]
+    bars = [
+        one(job_output("gpu-01", "42", T0 + timedelta(seconds=s), bar), offset=s) for s in (200, 230, 400)
+    ]
     timeouts = [
         one(nccl_timeout("gpu-01", r, "42", T0 + timedelta(minutes=10)), offset=1000 + r) for r in (1, 2, 3)
     ]

@@ -18,7 +18,10 @@ TIMEOUTS_AT = T0 + timedelta(minutes=10)  # 600 s after the collective began, at
 
 def _timeouts(ranks: range) -> list:
     return [
-        one(nccl_timeout(f"gpu-0{r // 8 + 1}", r, "42", TIMEOUTS_AT + timedelta(milliseconds=r)), offset=100 + r)
+        one(
+            nccl_timeout(f"gpu-0{r // 8 + 1}", r, "42", TIMEOUTS_AT + timedelta(milliseconds=r)),
+            offset=100 + r,
+        )
         for r in ranks
     ]
 

@@ -1,0 +1,98 @@
+"""What the surviving ranks say about the failing one: the peer host NCCL names when a connection
+closes (where an unlabelled root came from) and the NCCL release PyTorch appends to every NCCL
+error (a node that loads another release than the rest of the job)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from schemas.incidents import Category
+from streams.correlate.attribution import attribute
+from streams.correlate.correlator import apply_topology, window_from
+from streams.correlate.state import JobTopology
+from tests.factories import T0, job_output, one, signals, slurmctld_allocate
+
+BATCH = "gpu-01"  # srun gathers every rank's output here
+
+
+def _topology() -> JobTopology:
+    topo, _ = apply_topology(None, one(slurmctld_allocate("42", "gpu-[01-04]", T0)), "c1")
+    return topo
+
+
+def _lines(*texts: str, at_s: float = 0.0, host: str = BATCH) -> list:
+    out = []
+    for i, text in enumerate(texts):
+        out += signals(job_output(host, "42", T0 + timedelta(seconds=at_s, milliseconds=i), text), offset=i)
+    return out
+
+
+def _peer_closed(peer: str, n: int = 3) -> list:
+    return _lines(
+        *[f"socketProgress: Connection closed by remote peer {peer}<4068{i}>" for i in range(n)], at_s=2
+    )
+
+
+ECC = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+
+
+def _verdict(sigs: list, topo: JobTopology | None):
+    window = window_from(sigs, "c1", "42", T0)
+    assert window is not None
+    return attribute(window, topo)
+
+
+def test_an_unlabelled_root_collected_on_the_batch_host_goes_to_the_peer_every_survivor_names():
+    v = _verdict([*_lines(ECC), *_peer_closed("gpu-03")], _topology())
+    assert v.category == Category.HARDWARE_GPU
+    assert v.culprit.node == "gpu-03" and v.root.attrs["logged_on"] == BATCH
+    assert v.isolate == ["gpu-03"]
+
+
+def test_survivors_that_name_different_peers_or_a_host_outside_the_job_move_nothing():
+    mixed = [
+        *_peer_closed("gpu-03", 2),
+        *_lines("socketProgress: Connection closed by remote peer gpu-04<1>"),
+    ]
+    assert _verdict([*_lines(ECC), *mixed], _topology()).culprit.node == BATCH
+    assert _verdict([*_lines(ECC), *_peer_closed("login-7")], _topology()).culprit.node == BATCH
+
+
+def test_a_root_that_names_its_rank_is_not_moved_by_the_peer_evidence():
+    v = _verdict([*_lines(f"[rank5]:{ECC}"), *_peer_closed("gpu-03")], _topology())
+    assert v.culprit.node == BATCH and v.culprit.rank == 5  # no placement known: stays where logged
+
+
+def _internal(version: str) -> str:
+    return (
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        f"ProcessGroupNCCL.cpp:2027, internal error - please report this issue to the NCCL developers, "
+        f"NCCL version {version}"
+    )
+
+
+def _remote(rank: int, version: str) -> str:
+    return (
+        f"[rank{rank}]:[E1117 16:53:53.1 ProcessGroupNCCL.cpp:552] [Rank {rank}] Collective WorkNCCL(SeqNum=9, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) raised the following async exception: "
+        f"NCCL error: remote process exited or there was a network error, NCCL version {version}"
+    )
+
+
+def test_a_node_that_loads_another_nccl_release_than_the_rest_of_the_job_is_excluded_and_the_job_restarts():
+    sigs = [
+        *_lines(_internal("2.18.1"), host="gpu-02"),
+        *_lines(*[_remote(r, "2.21.5") for r in (9, 17, 25)]),
+    ]
+    v = _verdict(sigs, _topology())
+    assert (v.category, v.restartable, v.isolate) == (Category.SYSTEM_SOFTWARE, True, ["gpu-02"])
+    assert v.confidence >= 0.85 and "2.21.5" in v.root.summary
+
+
+def test_an_internal_error_of_the_same_release_everywhere_is_not_the_nodes_fault():
+    sigs = [
+        *_lines(_internal("2.21.5"), host="gpu-02"),
+        *_lines(*[_remote(r, "2.21.5") for r in (9, 17, 25)]),
+    ]
+    v = _verdict(sigs, _topology())
+    assert (v.category, v.restartable, v.isolate) == (Category.SYSTEM_SOFTWARE, False, [])
