@@ -301,15 +301,16 @@ def _named_peer(window: IncidentWindow, topology: JobTopology | None) -> str | N
 
 
 def with_dead_peer(root: Signal, window: IncidentWindow, topology: JobTopology | None) -> Signal:
-    """An unlabelled training-log root is placed where the dead peer was.
+    """A training-log root nothing placed yet goes where the dead peer was.
 
-    A line like ``RuntimeError: CUDA error: uncorrectable ECC error encountered`` names no rank; when
-    srun gathers every rank's output on the batch host, its host is the collector, not the failing
-    node. If every surviving rank names one other job node as the peer that went away, the line came
-    from there. A root that names its rank, one already placed, or one on the named node stays."""
-    if root.source.kind != "training" or root.rank is not None or "logged_on" in root.attrs:
+    When srun gathers every rank's output on the batch host, a line's host is the collector, not
+    the failing node, and ``RuntimeError: CUDA error: uncorrectable ECC error encountered`` may name
+    no rank at all (or one whose init line was never logged). If every surviving rank names one
+    other job node as the peer that went away, the line came from there. A root already placed by
+    its rank's own init line, or one on the named node, stays."""
+    if root.source.kind != "training" or "logged_on" in root.attrs:
         return root
-    if isinstance(root.attrs.get("srun_task"), int) or topology is None or len(topology.nodes) < 2:
+    if topology is None or len(topology.nodes) < 2:
         return root
     peer = _named_peer(window, topology)
     if peer is None or peer == _job_node(root.node or "", topology):
@@ -370,6 +371,51 @@ def _culprit(
     return Culprit(node=root.node, gpu=root.gpu, rank=root.rank)
 
 
+def _tasks_are_ranks(window: IncidentWindow) -> bool:
+    """Lines that carry both an srun label and a rank (``2: [Rank 2] Watchdog ...``) all agree."""
+    pairs = [
+        (s.attrs.get("srun_task"), s.rank)
+        for s in [*window.roots, *(x for t in window.tallies.values() for x in t.samples)]
+        if s.rank is not None and isinstance(s.attrs.get("srun_task"), int)
+    ]
+    return bool(pairs) and all(task == rank for task, rank in pairs)
+
+
+def _world_seen(window: IncidentWindow) -> int | None:
+    """The world size when the ranks heard from are dense: 0..max with at most a quarter missing."""
+    ranks = {r for t in window.tallies.values() for r in t.ranks}
+    ranks.update(s.rank for s in window.roots if s.rank is not None)
+    if not ranks:
+        return None
+    world = max(ranks) + 1
+    return world if len(ranks) >= MIN_REPORTING_SHARE * world else None
+
+
+def with_block_layout(root: Signal, window: IncidentWindow, topology: JobTopology | None) -> Signal:
+    """A rank nothing else placed, by Slurm's default block distribution over the allocation order.
+
+    Used only when the ranks heard from make the world size plain and it divides evenly over the
+    job's nodes; an srun task id counts as a rank only where lines with both showed them equal."""
+    if root.source.kind != "training" or "logged_on" in root.attrs:
+        return root
+    if topology is None or not topology.ordered or len(topology.nodes) < 2:
+        return root
+    rank = root.rank
+    if rank is None:
+        task = root.attrs.get("srun_task")
+        if not isinstance(task, int) or not _tasks_are_ranks(window):
+            return root
+        rank = task
+    world, nodes = _world_seen(window), len(topology.nodes)
+    if world is None or rank >= world or world % nodes:
+        return root
+    node = topology.nodes[rank // (world // nodes)]
+    if node == _job_node(root.node or "", topology):
+        return root
+    attrs = {**root.attrs, "logged_on": root.node} if root.node else root.attrs
+    return root.model_copy(update={"node": node, "gpu": None, "attrs": attrs})
+
+
 WATCHDOG_RULE = "nccl.watchdog_timeout"
 MIN_REPORTING_SHARE = 0.75  # of the world's ranks must have reported their timeout
 MAX_SILENT_SHARE = 1 / 16  # at most this share may be silent (one node of a 16-node job)
@@ -394,6 +440,31 @@ def _node_of_rank(rank: int, world: int, topology: JobTopology | None, place: Pl
     return None
 
 
+def _reported_blocks(
+    rank_nodes: dict[int, str], topology: JobTopology | None
+) -> tuple[int, dict[int, str]] | None:
+    """Block size and block index -> node, from the ranks each node's own logs reported.
+
+    Where every node ships its own ranks' logs (a pod's log from its node, per-node files), node A
+    reporting ranks 0-7 and node B ranks 8-15 but 11 says rank 11 runs on B. Only when at least two
+    nodes reported, each within one aligned block, and no two in the same block; a single
+    collecting host (srun's output on the batch host) names nothing."""
+    by_node: dict[str, list[int]] = {}
+    for rank, node in rank_nodes.items():
+        by_node.setdefault(node, []).append(rank)
+    if len(by_node) < 2:
+        return None
+    size = max(max(v) - min(v) + 1 for v in by_node.values())
+    blocks: dict[int, str] = {}
+    for node, ranks in by_node.items():
+        lo, hi = min(ranks) // size, max(ranks) // size
+        job_node = _job_node(node, topology)
+        if lo != hi or lo in blocks or job_node is None:
+            return None
+        blocks[lo] = job_node
+    return size, blocks
+
+
 def _silent_rank(
     window: IncidentWindow, topology: JobTopology | None, place: PlaceOf | None
 ) -> Culprit | None:
@@ -412,7 +483,13 @@ def _silent_rank(
     world = world_size(place) if place is not None else None
     blocks = topology is not None and topology.ordered and len(topology.nodes) > 1
     if world is None and blocks:
-        world = max(tally.ranks) + 1  # ranks are dense: a silent last rank is not seen this way
+        # ranks are dense and every node runs as many: a silent last rank rounds up to a full node
+        per = len(topology.nodes) if topology is not None else 1
+        world = -(-(max(tally.ranks) + 1) // per) * per
+    reported_blocks = None
+    if world is None and not blocks and (reported_blocks := _reported_blocks(tally.rank_nodes, topology)):
+        size = reported_blocks[0]
+        world = -(-(max(tally.ranks) + 1) // size) * size
     if world is None or world < 2 or len(tally.ranks) < MIN_REPORTING_SHARE * world:
         return None  # (checked before any set is built: this runs on every signal of the window)
     reported = {r for r in tally.ranks if 0 <= r < world}
@@ -424,6 +501,8 @@ def _silent_rank(
     nodes = set()
     for rank in silent:
         node = _node_of_rank(rank, world, topology, place)
+        if node is None and reported_blocks is not None:
+            node = reported_blocks[1].get(rank // reported_blocks[0])
         if node is None:
             return None
         nodes.add(node)
@@ -481,7 +560,8 @@ def attribute(
     if picked is None:
         return None
     root, roots, demoted = picked
-    root, skewed = _with_version_skew(with_dead_peer(placed(root, topology, place), window, topology), window)
+    root = with_dead_peer(placed(root, topology, place), window, topology)
+    root, skewed = _with_version_skew(with_block_layout(root, window, topology), window)
     cascades = [t for t in window.tallies.values() if t.samples and t.samples[0].role == Role.CASCADE]
     is_cascade_root = root.role == Role.CASCADE
     category = Category.UNKNOWN if is_cascade_root else (root.category or Category.UNKNOWN)

@@ -220,10 +220,18 @@ def add_signal(
         first = signal.event_time if tally.first_seen is None else min(tally.first_seen, signal.event_time)
         samples = tally.samples if len(tally.samples) >= SAMPLES_PER_RULE else [*tally.samples, signal]
         samples = sorted(samples, key=lambda s: s.event_time)
+        rank_nodes = tally.rank_nodes
+        if signal.rank is not None and signal.node and signal.rank not in rank_nodes:
+            rank_nodes = {**rank_nodes, signal.rank: signal.node}
         update["tallies"] = {
             **window.tallies,
             signal.rule: RuleTally(
-                count=tally.count + 1, nodes=nodes, ranks=ranks, first_seen=first, samples=samples
+                count=tally.count + 1,
+                nodes=nodes,
+                ranks=ranks,
+                first_seen=first,
+                samples=samples,
+                rank_nodes=rank_nodes,
             ),
         }
     return window.model_copy(update=update)
@@ -259,6 +267,8 @@ def window_from(signals: list[Signal], cluster: str, job_id: str, now: datetime)
             t.nodes.append(s.node)
         if s.rank is not None and s.rank not in t.ranks:
             t.ranks.append(s.rank)
+        if s.rank is not None and s.node and s.rank not in t.rank_nodes:
+            t.rank_nodes[s.rank] = s.node
         t.first_seen = s.event_time if t.first_seen is None else min(t.first_seen, s.event_time)
         if len(t.samples) < SAMPLES_PER_RULE:
             t.samples.append(s)

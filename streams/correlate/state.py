@@ -133,6 +133,9 @@ class RuleTally(BaseModel):
     ranks: list[int] = Field(default_factory=list)
     first_seen: datetime | None = None
     samples: list[Signal] = Field(default_factory=list)
+    # rank -> the host that logged it first: where each node ships its own pods' or ranks' logs,
+    # the ranks a node reported show which block of ranks it runs (attribution._reported_blocks)
+    rank_nodes: dict[int, str] = Field(default_factory=dict)
 
 
 class IncidentWindow(BaseModel):

@@ -39,6 +39,33 @@ def host_from_path(path: str) -> str | None:
     return None
 
 
+POD_SCHEDULED_RULE = "kubernetes.pod_scheduled"
+
+
+def pod_nodes(signals: list[Signal]) -> dict[str, str]:
+    """Pod name -> the node it was bound to, from the folder's Kubernetes ``Scheduled`` events."""
+    out: dict[str, str] = {}
+    for s in signals:
+        pod = s.attrs.get("pod")
+        if s.rule == POD_SCHEDULED_RULE and isinstance(pod, str) and pod and s.node:
+            out[pod] = s.node
+    return out
+
+
+def pod_host(path: str, pods: dict[str, str]) -> str | None:
+    """The node of the pod whose log this is: the pod's name is a whole part of the file's path
+    (``pods/<ns>_<pod>.log``, kubelet's ``<ns>_<pod>_<uid>/<container>/0.log``,
+    ``containers/<pod>_<ns>_...``)."""
+    best: str | None = None
+    for pod in pods:
+        for m in re.finditer(re.escape(pod), path):
+            before = path[m.start() - 1] if m.start() > 0 else "/"
+            after = path[m.end()] if m.end() < len(path) else "/"
+            if before in "/_" and after in "/_." and (best is None or len(pod) > len(best)):
+                best = pod
+    return pods[best] if best is not None else None
+
+
 # torchelastic's failure blocks name the host of each failed rank (failure-signatures.md §4.5).
 _BLOCK_FIELD = re.compile(rb"(?m)^[ \t]*(host|rank)[ \t]*:[ \t]*(\d+|\S+)")
 
@@ -102,7 +129,8 @@ class Diagnoser:
         if progress is not None:
             progress(report)
         file_hosts: dict[str, str | None] = {}
-        signals = [self._with_host(s, rank_hosts, file_hosts) for s in signals]
+        pods = pod_nodes(signals)
+        signals = [self._with_host(s, rank_hosts, file_hosts, pods) for s in signals]
         places = placements(signals)
         window = window_from(
             [s for s in signals if s.rule != RANK_PLACEMENT_RULE], cluster="diagnose", job_id="-", now=now
@@ -125,14 +153,16 @@ class Diagnoser:
         return last_host
 
     @staticmethod
-    def _with_host(s: Signal, rank_hosts: dict[int, str], file_hosts: dict[str, str | None]) -> Signal:
+    def _with_host(
+        s: Signal, rank_hosts: dict[int, str], file_hosts: dict[str, str | None], pods: dict[str, str]
+    ) -> Signal:
         if s.node is not None:
             return s
         if s.rank is not None and s.rank in rank_hosts:
             return s.model_copy(update={"node": rank_hosts[s.rank]})
         if s.source.file:
             if s.source.file not in file_hosts:
-                file_hosts[s.source.file] = host_from_path(s.source.file)
+                file_hosts[s.source.file] = host_from_path(s.source.file) or pod_host(s.source.file, pods)
             host = file_hosts[s.source.file]
             if host is not None:
                 return s.model_copy(update={"node": host})

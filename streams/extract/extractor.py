@@ -139,8 +139,9 @@ class Extractor:
             m = _RANK_PREFIX.search(line.text)
             if m:
                 rank = int(m.group(1) or m.group(2))
+        # srun --label's task id, kept beside a rank: where the two agree, tasks are ranks
         task: int | None = None
-        if rank is None and (m := _SRUN_LABEL.match(line.text)) is not None:
+        if (m := _SRUN_LABEL.match(line.text)) is not None:
             task = int(m.group(1))
         gpu = fields.pop("gpu", None)
         # A line may name the node it is about (a controller reporting a failed node): that node

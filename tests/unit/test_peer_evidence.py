@@ -9,8 +9,8 @@ from datetime import timedelta
 from schemas.incidents import Category
 from streams.correlate.attribution import attribute
 from streams.correlate.correlator import apply_topology, window_from
-from streams.correlate.state import JobTopology
-from tests.factories import T0, job_output, one, signals, slurmctld_allocate
+from streams.correlate.state import JobTopology, placements
+from tests.factories import T0, job_output, nccl_init, one, signals, slurmctld_allocate
 
 BATCH = "gpu-01"  # srun gathers every rank's output here
 
@@ -58,9 +58,35 @@ def test_survivors_that_name_different_peers_or_a_host_outside_the_job_move_noth
     assert _verdict([*_lines(ECC), *_peer_closed("login-7")], _topology()).culprit.node == BATCH
 
 
-def test_a_root_that_names_its_rank_is_not_moved_by_the_peer_evidence():
-    v = _verdict([*_lines(f"[rank5]:{ECC}"), *_peer_closed("gpu-03")], _topology())
-    assert v.culprit.node == BATCH and v.culprit.rank == 5  # no placement known: stays where logged
+def test_a_root_placed_by_its_ranks_own_init_line_is_not_moved_by_the_peer_evidence():
+    init = nccl_init("gpu-02", 5, 32, 5, "9a000")
+    sigs = [*_lines(f"[rank5]:{ECC}"), *_peer_closed("gpu-03")]
+    places = placements(_lines(init))
+    window = window_from(sigs, "c1", "42", T0)
+    assert window is not None
+    v = attribute(window, _topology(), places.get)
+    assert v.culprit.node == "gpu-02" and v.culprit.rank == 5
+
+
+def _watchdog(task: int, rank: int) -> str:
+    return (
+        f"{task}: [E ProcessGroupNCCL.cpp:475] [Rank {rank}] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=66229, OpType=BROADCAST, NumelIn=8, NumelOut=8, Timeout(ms)=600000) ran for 600190 "
+        "milliseconds before timing out."
+    )
+
+
+def test_an_srun_task_is_placed_by_slurms_block_layout_once_labelled_lines_show_tasks_are_ranks():
+    cascade = _lines(*[_watchdog(r, r) for r in range(32) if r != 24], at_s=600)
+    v = _verdict([*_lines(f"24: {ECC}"), *cascade], _topology())
+    assert v.culprit.node == "gpu-04" and v.isolate == ["gpu-04"]  # 32 ranks over 4 nodes: 24-31
+
+
+def test_no_block_layout_when_task_ids_are_not_ranks_or_the_world_does_not_divide_over_the_nodes():
+    one_per_node = _lines(*[_watchdog(r % 4, r) for r in range(32) if r != 24], at_s=600)
+    assert _verdict([*_lines(f"24: {ECC}"), *one_per_node], _topology()).culprit.node == BATCH
+    uneven = _lines(*[_watchdog(r, r) for r in range(30)], at_s=600)  # 30 ranks heard: not 4 x 8
+    assert _verdict([*_lines(f"24: {ECC}"), *uneven], _topology()).culprit.node == BATCH
 
 
 def _internal(version: str) -> str:

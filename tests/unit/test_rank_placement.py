@@ -166,14 +166,25 @@ def test_no_suspect_while_too_few_ranks_reported_or_the_silent_ones_span_nodes()
     assert _verdict(_timeouts([r for r in range(48) if r not in (3, 36)]), _slurm_topology()).culprit is None
 
 
-def test_an_unordered_kubernetes_topology_needs_the_ranks_init_lines_to_name_a_suspect():
+def _collected_on_one_host(ranks: list[int]) -> list:
+    return [
+        one(nccl_timeout("gpu-1462", r, "42", T0 + timedelta(minutes=10, milliseconds=r)), offset=100 + r)
+        for r in ranks
+    ]
+
+
+def test_an_unordered_kubernetes_topology_needs_init_lines_or_per_node_logs_to_name_a_suspect():
     pods = JobTopology(job_id="42", nodes=sorted(SIX))
-    assert _verdict(_timeouts([r for r in range(48) if r != 36]), pods).culprit is None
+    # a launcher pod that logs for every rank shows no blocks
+    assert _verdict(_collected_on_one_host([r for r in range(48) if r != 36]), pods).culprit is None
+    # each pod's log shipped from its own node: node gpu-1466 reported ranks 32-39 but 36
+    v = _verdict(_timeouts([r for r in range(48) if r != 36]), pods)
+    assert (v.culprit.node, v.culprit.rank) == ("gpu-1466", 36)
     inits = [
         one(job_output("gpu-1462", "42", T0, nccl_init(SIX[r // 8], r, 48, r % 8, BUSES[r % 8])))
         for r in (0, 39)
     ]
-    v = _verdict([*inits, *_timeouts([r for r in range(48) if r != 36])], pods)
+    v = _verdict([*inits, *_collected_on_one_host([r for r in range(48) if r != 36])], pods)
     assert v.culprit.node == "gpu-1466"  # rank 39 on cudaDev 7: ranks 32-39 share its node
 
 
@@ -185,3 +196,18 @@ def test_without_the_ranks_init_line_slurms_block_layout_places_it_once_the_worl
     assert (v.culprit.node, v.culprit.gpu) == ("gpu-03", None)
     unordered = JobTopology(job_id="42", nodes=NODES)  # a Kubernetes job's nodes carry no rank order
     assert _verdict([*_inits([0, 3]), ecc], unordered).culprit.node == "gpu-01"
+
+
+def test_a_silent_last_rank_is_found_by_rounding_the_world_up_to_full_nodes():
+    v = _verdict(_timeouts(list(range(47))), _slurm_topology())  # 6 nodes x 8: rank 47 never reported
+    assert (v.culprit.node, v.culprit.rank) == ("gpu-1467", 47)
+
+
+def test_ranks_reported_from_overlapping_blocks_name_no_node():
+    pods = JobTopology(job_id="42", nodes=sorted(SIX))
+    mixed = [
+        one(nccl_timeout(SIX[(r // 8 + r % 2) % 6], r, "42", T0 + timedelta(minutes=10)), offset=100 + r)
+        for r in range(48)
+        if r != 36
+    ]
+    assert _verdict(mixed, pods).culprit is None
