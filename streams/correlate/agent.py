@@ -13,6 +13,7 @@ the ``refine`` timer does not touch them: it sends a tick per open window into
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -44,6 +45,8 @@ from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
 
 log = logging.getLogger("sickbay.correlate")
+TICK_INDEX_REBUILD_S = 60.0
+LONE_ROLES = frozenset({Role.HINT, Role.CONFIRMATION})  # roles that never open a window on their own
 MAX_PENDING_PER_NODE = 256
 MAX_CACHED_PLACES = 200_000  # a few hundred jobs' ranks; emptied when full
 
@@ -125,6 +128,11 @@ class CorrelateStage:
         self.lookback = app.Table(TABLE_JOB_LOOKBACK, default=None, partitions=settings.partitions)
         app.on_partitions_revoked.connect(self.forget_places)
         app.on_partitions_assigned.connect(self.forget_places)
+        # job -> (closed, last_signal_at) of each window, for the refine timer: decoding every window
+        # of the table each second cost more than the ticks. Kept by the writes below and rebuilt from
+        # the table after a rebalance and once a minute (a recovery fills the table behind our back).
+        self._tickable: dict[str, tuple[bool, datetime]] = {}
+        self._tickable_built: float | None = None
 
     async def dead_letter(self, stage: str, event: Any, key: str, exc: Exception) -> None:
         await dead_letter_event(self.t.dlq, stage, event, key, exc)
@@ -220,6 +228,8 @@ class CorrelateStage:
         value = event.value
         now = utcnow()
         is_tick = isinstance(value, dict) and bool(value.get("tick"))
+        if isinstance(value, dict) and value.get("role") == Role.PROGRESS.value:
+            return  # the progress agent's input (it validates, and dead-letters what is malformed)
         if not is_tick:
             try:
                 signal = Signal.model_validate(value)
@@ -231,7 +241,15 @@ class CorrelateStage:
             if signal.rule == RANK_PLACEMENT_RULE:
                 self.record_place(job_id, signal)
                 return
-        raw_topo, raw_win = self.job_topology.get(job_id), self.windows.get(job_id)
+        raw_win = self.windows.get(job_id)
+        if (
+            not is_tick
+            and raw_win is None
+            and signal.role in LONE_ROLES
+            and signal.rule not in LOOKBACK_RULES
+        ):
+            return  # a hint or confirmation with no window opens nothing: skip loading the job's topology
+        raw_topo = self.job_topology.get(job_id)
         topo = JobTopology.model_validate(raw_topo) if raw_topo else None
         window = IncidentWindow.model_validate(raw_win) if raw_win else None
         if is_tick:
@@ -266,10 +284,19 @@ class CorrelateStage:
             updated = updated.model_copy(update={"first_signal_time": first})
         updated, incident = decide_now(updated, topo, now, self.timing, self.place_of(job_id))
         await self.publish(incident)
-        self.windows[job_id] = _dump(updated)
+        self._keep_window(job_id, updated)
 
     async def forget_places(self, *_: Any, **__: Any) -> None:
         self._places.clear()
+        self._tickable_built = None
+
+    def _keep_window(self, job_id: str, window: IncidentWindow) -> None:
+        self.windows[job_id] = _dump(window)
+        self._tickable[job_id] = (window.closed, window.last_signal_at)
+
+    def _drop_window(self, job_id: str) -> None:
+        self.windows.pop(job_id, None)
+        self._tickable.pop(job_id, None)
 
     def _place(self, key: str) -> RankPlace | None:
         if key in self._places:
@@ -331,7 +358,7 @@ class CorrelateStage:
                 window, topo, now + timedelta(seconds=self.timing.quiet_s), self.timing, self.place_of(job_id)
             )
             await self.publish(incident)
-            self.windows[job_id] = _dump(window)
+            self._keep_window(job_id, window)
 
     async def on_tick(
         self, job_id: str, window: IncidentWindow, topo: JobTopology | None, now: datetime
@@ -339,11 +366,11 @@ class CorrelateStage:
         window, incident = tick(window, topo, now, self.timing, self.place_of(job_id))
         await self.publish(incident)
         if window.closed and now - window.last_signal_at > self.lateness:
-            self.windows.pop(job_id, None)
+            self._drop_window(job_id)
             if topo is not None and topo.ended_at is not None:
                 self.drop_places(job_id)
         else:
-            self.windows[job_id] = _dump(window)
+            self._keep_window(job_id, window)
 
     async def send_ticks(self) -> None:
         """Timer body: it may not change tables, so it asks the streams to tick each live window
@@ -354,16 +381,19 @@ class CorrelateStage:
                 await self.t.ticks_node.send(
                     key=(key_str(node) or "_unknown").encode(), value={"tick": True, "at": now}
                 )
-        for job_id, raw in list(self.windows.items()):
-            if not raw:
-                continue
-            if (
-                not raw.get("closed")
-                or now - IncidentWindow.model_validate(raw).last_signal_at > self.lateness
-            ):
-                await self.t.ticks_job.send(
-                    key=(key_str(job_id) or "?").encode(), value={"tick": True, "at": now}
+        if self._tickable_built is None or time.monotonic() - self._tickable_built > TICK_INDEX_REBUILD_S:
+            self._tickable = {
+                key_str(job_id) or "?": (
+                    bool(raw.get("closed")),
+                    IncidentWindow.model_validate(raw).last_signal_at,
                 )
+                for job_id, raw in list(self.windows.items())
+                if raw
+            }
+            self._tickable_built = time.monotonic()
+        for job_id, (closed, last_signal_at) in list(self._tickable.items()):
+            if not closed or now - last_signal_at > self.lateness:
+                await self.t.ticks_job.send(key=job_id.encode(), value={"tick": True, "at": now})
 
 
 def register(pipe: Pipeline) -> None:

@@ -291,3 +291,22 @@ def test_the_catalog_pre_creates_exactly_the_internal_topics_faust_uses(pipe: Pi
     faust_names = {table.changelog_topic.get_topic_name() for table in app.tables.values()}
     faust_names.add(app._leader_assignor._leader_topic_name)
     assert faust_names == {spec.name for spec in pipe.settings.topics.faust_internal()}
+
+
+async def test_the_refine_timer_ticks_open_windows_from_its_index_and_rebuilds_it_after_a_rebalance(
+    pipe: Pipeline,
+):
+    stage = pipe.agents["stage"]
+    timeout = one(nccl_timeout("gpu-01", 1, "42", T0 + timedelta(minutes=10)), offset=5)
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put(_as_dict(timeout), key=b"42")
+    await stage.send_ticks()
+    assert [k for k, _ in pipe.sent["ticks_job"]] == [b"42"]
+    # a window that arrived behind the index's back (a changelog recovery) is found once it is rebuilt
+    window = pipe.tables["windows"]["42"]
+    pipe.tables["windows"].data["43"] = {**window, "job_id": "43"}  # the store, as a recovery writes it
+    await stage.send_ticks()
+    assert [k for k, _ in pipe.sent["ticks_job"]] == [b"42", b"42"]
+    await stage.forget_places()  # what a rebalance calls
+    await stage.send_ticks()
+    assert sorted(k for k, _ in pipe.sent["ticks_job"][2:]) == [b"42", b"43"]
