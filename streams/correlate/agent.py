@@ -269,11 +269,13 @@ class CorrelateStage:
         topo: JobTopology | None,
         now: datetime,
     ) -> None:
-        if signal.rule in LOOKBACK_RULES and (window is None or window.closed):
+        if signal.rule in LOOKBACK_RULES:
+            # kept even while a window is open: that window may close before the one it explains opens
             held = remember(self.lookback.get(job_id), signal)
             if held is not None:
                 self.lookback[job_id] = held
-            return
+            if window is None or window.closed:
+                return
         updated = add_signal(window, topo, signal, self.cluster, now)
         if updated is None:
             return

@@ -362,11 +362,11 @@ def _culprit(
     topology: JobTopology | None,
     place: PlaceOf | None,
     is_cascade_root: bool,
-    waited: bool,
+    victims: bool,
 ) -> Culprit | None:
     if is_cascade_root:
         return _silent_rank(window, topology, place)
-    if waited:
+    if victims:
         return None  # the rank that reported the barrier's timeout is one that arrived
     return Culprit(node=root.node, gpu=root.gpu, rank=root.rank)
 
@@ -513,6 +513,7 @@ def _silent_rank(
 
 BUSY_RULE = "progress.rank_local_work_bar"
 SETUP_BARRIER_RULE = "nccl.watchdog_setup_barrier_timeout"
+HANG_RULE = "hang.no_progress"  # streams/correlate/progress.py: progress silence on the whole job
 DEFAULT_COLLECTIVE_TIMEOUT = timedelta(minutes=30)  # PyTorch's default for NCCL process groups
 
 
@@ -619,12 +620,13 @@ def attribute(
 
     if skewed:
         confidence = max(confidence, 0.85)
-    waited = is_cascade_root or root.rule == SETUP_BARRIER_RULE  # the reporting ranks are victims
+    victims = is_cascade_root or root.rule == SETUP_BARRIER_RULE  # the reporting ranks only waited
+    waited = victims or root.rule == HANG_RULE  # ... or the whole job went silent
     busy = _busy_rank(window) if waited else None
     if busy is not None:  # nobody hung: one rank's own work outlasted the collective timeout
         root, category, confidence = busy, Category.APPLICATION, 0.6
         evidence = [_evidence(busy), *evidence][:MAX_EVIDENCE]
-    culprit = None if busy is not None else _culprit(root, window, topology, place, is_cascade_root, waited)
+    culprit = None if busy is not None else _culprit(root, window, topology, place, is_cascade_root, victims)
     restartable = True if root.restartable is None else root.restartable
     return Verdict(
         root=root,

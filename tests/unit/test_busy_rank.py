@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from schemas.incidents import Category
+from schemas.signals import Role
 from streams.correlate.attribution import attribute
 from streams.correlate.correlator import window_from
 from streams.correlate.lookback import MAX_RANKS, recall, remember
@@ -84,3 +85,22 @@ def test_the_look_back_keeps_the_latest_bar_per_rank_and_rewrites_it_at_most_onc
         many = remember(many, _bar(r, line, offset=10 + r)) or many
     assert many is not None and len(many) == MAX_RANKS
     assert min(s.rank for s in recall(many)) == 3  # the oldest went first
+
+
+def test_the_hang_detectors_silence_with_a_busy_rank_is_still_rank_local_work():
+    bar = _bar(300)
+    hang = bar.model_copy(
+        update={
+            "signal_id": "hang-1",
+            "rule": "hang.no_progress",
+            "role": Role.ROOT_CANDIDATE,
+            "category": Category.UNKNOWN,
+            "restartable": True,
+            "rank": None,
+            "event_time": T0 + timedelta(minutes=8),
+        }
+    )
+    v = _verdict([bar, hang, *_timeouts(range(1, 16))])
+    assert (v.category, v.restartable, v.culprit) == (Category.APPLICATION, False, None)
+    alone = _verdict([hang, *_timeouts(range(1, 16))])  # no bar: the hang stands
+    assert alone.root.rule == "hang.no_progress"
