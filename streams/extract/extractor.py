@@ -92,11 +92,13 @@ class Extractor:
     def __init__(self, catalog: Catalog | None = None) -> None:
         self.catalog = catalog or load_catalog()
 
-    def match(self, rule: Rule, text: str) -> dict[str, AttrValue] | None:
+    def match(self, rule: Rule, text: str) -> tuple[dict[str, AttrValue], int] | None:
+        """The rule's typed fields and where its match starts, or None."""
         m = rule.regex.search(text)
         if m is None:
             return None
-        return {k: _cast(v, rule.casts.get(k, "str")) for k, v in m.groupdict().items() if v is not None}
+        fields = {k: _cast(v, rule.casts.get(k, "str")) for k, v in m.groupdict().items() if v is not None}
+        return fields, m.start()
 
     def extract(self, line: LogLine, observed: datetime, pos: Position | None = None) -> list[Signal]:
         pos = pos or Position()
@@ -111,15 +113,17 @@ class Extractor:
                 continue
             if rule.fallback and signals:
                 break  # catch-alls come last and only speak when nothing else did
-            fields = self.match(rule, text)
-            if fields is None:
+            matched = self.match(rule, text)
+            if matched is None:
                 continue
+            fields, start = matched
             if rule.group:
                 fired_groups.add(rule.group)
             if not parsed_prefix:
                 line_time, line_host = line_time_and_host(text, observed)
                 parsed_prefix = True
-            signals.append(self._signal(rule, fields, line, pos, observed, line_time, line_host))
+            rank_end = start if rule.rank_scope == "before" else None
+            signals.append(self._signal(rule, fields, line, pos, observed, line_time, line_host, rank_end))
         return signals
 
     def _signal(
@@ -131,12 +135,17 @@ class Extractor:
         observed: datetime,
         line_time: datetime | None,
         line_host: str | None,
+        rank_end: int | None = None,
     ) -> Signal:
         entry = self._lookup(rule, fields)
         event_time = line_time or line.event_time or observed
         rank = fields.pop("rank", None)
         if rank is None:
-            m = _RANK_PREFIX.search(line.text)
+            m = (
+                _RANK_PREFIX.search(line.text)
+                if rank_end is None
+                else _RANK_PREFIX.search(line.text, 0, rank_end)
+            )
             if m:
                 rank = int(m.group(1) or m.group(2))
         # srun --label's task id, kept beside a rank: where the two agree, tasks are ranks

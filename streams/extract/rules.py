@@ -87,6 +87,10 @@ class Rule(BaseModel):
     # a specific signature and lose to it even when earlier. 50 is a specific signature.
     weight: int = Field(default=50, ge=0, le=100)
     context: Context | None = None
+    # Where the line's rank marker may stand when the rule captures no rank: anywhere on the line
+    # (an exception message naming its rank), or only before the match (a tqdm bar ends in \r, so
+    # the next rank's message, and its marker, follow it on the same physical line).
+    rank_scope: Literal["line", "before"] = "line"
     # A catch-all: it fires on a line only when no other rule did (so site rules and specific
     # signatures always win a line over it, whatever the file order).
     fallback: bool = False

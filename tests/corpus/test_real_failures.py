@@ -38,7 +38,7 @@ def test_the_corpus_is_the_82_labelled_cases(outcomes):
 
 
 def test_category_accuracy_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.79, table(outcomes)
+    assert _rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.80, table(outcomes)
 
 
 def test_hardware_gpu_failures_are_recognised(outcomes):
@@ -47,7 +47,7 @@ def test_hardware_gpu_failures_are_recognised(outcomes):
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.80, table(outcomes)
+    assert _rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.81, table(outcomes)
 
 
 def test_isolation_advice_stays_above_its_floor(outcomes):
