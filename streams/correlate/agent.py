@@ -187,6 +187,11 @@ class CorrelateStage:
         if not matches and item.role in (Role.ROOT_CANDIDATE, Role.CASCADE, Role.CONFIRMATION):
             pending = [*state.pending, item][-MAX_PENDING_PER_NODE:]
             state = state.model_copy(update={"pending": pending})
+        elif not matches and item.rule in LOOKBACK_RULES:
+            # a look-back hint (a rank's progress bar) that beat the job's topology here: only its
+            # latest per rank waits, so a bar refreshing every second cannot push a root out
+            kept = [p for p in state.pending if not (p.rule == item.rule and p.rank == item.rank)]
+            state = state.model_copy(update={"pending": [*kept, item][-MAX_PENDING_PER_NODE:]})
         return state
 
     async def release_unclaimed(self, node: str, state: NodeState, now: datetime) -> NodeState:

@@ -138,6 +138,26 @@ async def test_route_holds_a_node_fact_until_its_job_topology_arrives_then_forwa
     assert (routed.job_id, routed.routed, routed.signal_id) == ("42", True, xid.signal_id)
 
 
+async def test_route_holds_only_the_latest_progress_bar_per_rank_until_the_job_topology_arrives(
+    pipe: Pipeline,
+):
+    line = "[rank0]:Map (num_proc=8):  45%|████▌     | 450000/1000000 [12:01<14:41, 623.40 examples/s]"
+    bars = [
+        one(job_output("gpu-03", "42", T0 + timedelta(seconds=s), line), offset=s).model_copy(
+            update={"job_id": None}  # a shipper that names no job: the node's jobs decide
+        )
+        for s in (60, 61, 62)
+    ]
+    assignment = JobNodeAssignment(node="gpu-03", job_id="42", attempt=1, state="assigned", event_time=T0)
+    async with pipe.agents["route"].test_context() as agent:
+        for bar in bars:
+            await agent.put(_as_dict(bar), key=b"gpu-03")
+        assert pipe.sent["signals_job"] == []
+        await agent.put(_as_dict(assignment), key=b"gpu-03")
+    [(key, routed)] = pipe.sent["signals_job"]
+    assert (key, routed.signal_id) == (b"42", bars[-1].signal_id)
+
+
 async def test_route_makes_an_unclaimed_node_fault_the_nodes_own_incident_after_the_grace(pipe: Pipeline):
     xid = one(kernel_xid("gpu-09", 79, T0), offset=3)  # observed long ago: the grace is over
     xid13 = one(kernel_xid("gpu-09", 13, T0, text="Graphics SM Warp Exception"), offset=4)
