@@ -32,6 +32,7 @@ from datetime import timedelta
 
 from schemas.incidents import Category, Culprit, Evidence, RootCause, Symptom
 from schemas.signals import Role, Signal
+from streams.correlate.progress import HANG_RULE
 from streams.correlate.state import IncidentWindow, JobTopology, RankPlace, infer_place
 
 # rank -> where it runs (NCCL's init lines), when the driver knows
@@ -277,6 +278,19 @@ def placed(root: Signal, topology: JobTopology | None, place: PlaceOf | None) ->
     return root.model_copy(update=update)
 
 
+def _unplaced(root: Signal) -> bool:
+    """A training-log root that no placement has moved yet: its host may be only the collector."""
+    return root.source.kind == "training" and "logged_on" not in root.attrs
+
+
+def _moved_to(root: Signal, node: str, topology: JobTopology | None) -> Signal:
+    """``root`` on ``node`` (its GPU unknown there), remembering where it was logged."""
+    if node == _job_node(root.node or "", topology):
+        return root
+    attrs = {**root.attrs, "logged_on": root.node} if root.node else root.attrs
+    return root.model_copy(update={"node": node, "gpu": None, "attrs": attrs})
+
+
 PEER_CLOSED_RULE = "infra.connection_closed_by_peer"
 
 
@@ -308,15 +322,10 @@ def with_dead_peer(root: Signal, window: IncidentWindow, topology: JobTopology |
     no rank at all (or one whose init line was never logged). If every surviving rank names one
     other job node as the peer that went away, the line came from there. A root already placed by
     its rank's own init line, or one on the named node, stays."""
-    if root.source.kind != "training" or "logged_on" in root.attrs:
-        return root
-    if topology is None or len(topology.nodes) < 2:
+    if not _unplaced(root) or topology is None or len(topology.nodes) < 2:
         return root
     peer = _named_peer(window, topology)
-    if peer is None or peer == _job_node(root.node or "", topology):
-        return root
-    attrs = {**root.attrs, "logged_on": root.node} if root.node else root.attrs
-    return root.model_copy(update={"node": peer, "gpu": None, "attrs": attrs})
+    return root if peer is None else _moved_to(root, peer, topology)
 
 
 def _nccl_release(value: object) -> str | None:
@@ -396,9 +405,7 @@ def with_block_layout(root: Signal, window: IncidentWindow, topology: JobTopolog
 
     Used only when the ranks heard from make the world size plain and it divides evenly over the
     job's nodes; an srun task id counts as a rank only where lines with both showed them equal."""
-    if root.source.kind != "training" or "logged_on" in root.attrs:
-        return root
-    if topology is None or not topology.ordered or len(topology.nodes) < 2:
+    if not _unplaced(root) or topology is None or not topology.ordered or len(topology.nodes) < 2:
         return root
     rank = root.rank
     if rank is None:
@@ -409,11 +416,7 @@ def with_block_layout(root: Signal, window: IncidentWindow, topology: JobTopolog
     world, nodes = _world_seen(window), len(topology.nodes)
     if world is None or rank >= world or world % nodes:
         return root
-    node = topology.nodes[rank // (world // nodes)]
-    if node == _job_node(root.node or "", topology):
-        return root
-    attrs = {**root.attrs, "logged_on": root.node} if root.node else root.attrs
-    return root.model_copy(update={"node": node, "gpu": None, "attrs": attrs})
+    return _moved_to(root, topology.nodes[rank // (world // nodes)], topology)
 
 
 WATCHDOG_RULE = "nccl.watchdog_timeout"
@@ -438,6 +441,11 @@ def _node_of_rank(rank: int, world: int, topology: JobTopology | None, place: Pl
     if topology is not None and topology.ordered and topology.nodes and world % len(topology.nodes) == 0:
         return topology.nodes[rank // (world // len(topology.nodes))]
     return None
+
+
+def _full_blocks(ranks: int, block: int) -> int:
+    """``ranks`` rounded up to whole blocks: every node runs as many ranks."""
+    return -(-ranks // block) * block
 
 
 def _reported_blocks(
@@ -484,12 +492,10 @@ def _silent_rank(
     blocks = topology is not None and topology.ordered and len(topology.nodes) > 1
     if world is None and blocks:
         # ranks are dense and every node runs as many: a silent last rank rounds up to a full node
-        per = len(topology.nodes) if topology is not None else 1
-        world = -(-(max(tally.ranks) + 1) // per) * per
+        world = _full_blocks(max(tally.ranks) + 1, len(topology.nodes) if topology is not None else 1)
     reported_blocks = None
     if world is None and not blocks and (reported_blocks := _reported_blocks(tally.rank_nodes, topology)):
-        size = reported_blocks[0]
-        world = -(-(max(tally.ranks) + 1) // size) * size
+        world = _full_blocks(max(tally.ranks) + 1, reported_blocks[0])
     if world is None or world < 2 or len(tally.ranks) < MIN_REPORTING_SHARE * world:
         return None  # (checked before any set is built: this runs on every signal of the window)
     reported = {r for r in tally.ranks if 0 <= r < world}
@@ -513,7 +519,6 @@ def _silent_rank(
 
 BUSY_RULE = "progress.rank_local_work_bar"
 SETUP_BARRIER_RULE = "nccl.watchdog_setup_barrier_timeout"
-HANG_RULE = "hang.no_progress"  # streams/correlate/progress.py: progress silence on the whole job
 DEFAULT_COLLECTIVE_TIMEOUT = timedelta(minutes=30)  # PyTorch's default for NCCL process groups
 
 
