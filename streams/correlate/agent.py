@@ -126,8 +126,8 @@ class CorrelateStage:
         self._places: dict[str, RankPlace | None] = {}
         # job -> the latest context hint per rank from before its incident (lookback.py)
         self.lookback = app.Table(TABLE_JOB_LOOKBACK, default=None, partitions=settings.partitions)
-        app.on_partitions_revoked.connect(self.forget_places)
-        app.on_partitions_assigned.connect(self.forget_places)
+        app.on_partitions_revoked.connect(self.forget_caches)
+        app.on_partitions_assigned.connect(self.forget_caches)
         # job -> (closed, last_signal_at) of each window, for the refine timer: decoding every window
         # of the table each second cost more than the ticks. Kept by the writes below and rebuilt from
         # the table after a rebalance and once a minute (a recovery fills the table behind our back).
@@ -247,13 +247,8 @@ class CorrelateStage:
                 self.record_place(job_id, signal)
                 return
         raw_win = self.windows.get(job_id)
-        if (
-            not is_tick
-            and raw_win is None
-            and signal.role in LONE_ROLES
-            and signal.rule not in LOOKBACK_RULES
-        ):
-            return  # a hint or confirmation with no window opens nothing: skip loading the job's topology
+        if not is_tick and self.settled_without_state(job_id, signal, raw_win):
+            return
         raw_topo = self.job_topology.get(job_id)
         topo = JobTopology.model_validate(raw_topo) if raw_topo else None
         window = IncidentWindow.model_validate(raw_win) if raw_win else None
@@ -266,6 +261,17 @@ class CorrelateStage:
         else:
             await self.on_signal(job_id, signal, window, topo, now)
 
+    def settled_without_state(self, job_id: str, signal: Signal, raw_win: dict[str, Any] | None) -> bool:
+        """Signals that need no job state: a look-back bar with no open window (kept for the window it
+        will explain), a hint or confirmation with no window (it opens nothing)."""
+        if signal.rule in LOOKBACK_RULES:
+            # kept even while a window is open: that window may close before the one it explains
+            held = remember(self.lookback.get(job_id), signal)
+            if held is not None:
+                self.lookback[job_id] = held
+            return raw_win is None or bool(raw_win.get("closed"))
+        return raw_win is None and signal.role in LONE_ROLES
+
     async def on_signal(
         self,
         job_id: str,
@@ -274,13 +280,6 @@ class CorrelateStage:
         topo: JobTopology | None,
         now: datetime,
     ) -> None:
-        if signal.rule in LOOKBACK_RULES:
-            # kept even while a window is open: that window may close before the one it explains opens
-            held = remember(self.lookback.get(job_id), signal)
-            if held is not None:
-                self.lookback[job_id] = held
-            if window is None or window.closed:
-                return
         updated = add_signal(window, topo, signal, self.cluster, now)
         if updated is None:
             return
@@ -293,7 +292,7 @@ class CorrelateStage:
         await self.publish(incident)
         self._keep_window(job_id, updated)
 
-    async def forget_places(self, *_: Any, **__: Any) -> None:
+    async def forget_caches(self, *_: Any, **__: Any) -> None:
         self._places.clear()
         self._tickable_built = None
 
@@ -325,8 +324,9 @@ class CorrelateStage:
             self.rank_places[key] = _dump(new)
             self._places[key] = new
 
-    def drop_places(self, job_id: str) -> None:
-        """Forget a finished job's placements: rank 0 is in every world communicator and says its size."""
+    def drop_job_state(self, job_id: str) -> None:
+        """Forget a finished job's look-back and placements: rank 0 is in every world communicator and
+        says its size."""
         if self.lookback.get(job_id) is not None:
             self.lookback.pop(job_id, None)
         raw = self.rank_places.get(f"{job_id}|0")
@@ -356,7 +356,7 @@ class CorrelateStage:
         self.job_topology[job_id] = _dump(new_topo)
         just_ended = new_topo.ended_at is not None and (topo is None or topo.ended_at is None)
         if just_ended and (window is None or window.closed):
-            self.drop_places(job_id)  # no incident left to attribute (else: when its window goes)
+            self.drop_job_state(job_id)  # no incident left to attribute (else: when its window goes)
         for a in assignments:
             await self.t.topology_node.send(key=a.node.encode(), value=a)
         if window is not None and not window.closed and new_topo.attempt != window.attempt:
@@ -375,7 +375,7 @@ class CorrelateStage:
         if window.closed and now - window.last_signal_at > self.lateness:
             self._drop_window(job_id)
             if topo is not None and topo.ended_at is not None:
-                self.drop_places(job_id)
+                self.drop_job_state(job_id)
         else:
             self._keep_window(job_id, window)
 

@@ -327,6 +327,6 @@ async def test_the_refine_timer_ticks_open_windows_from_its_index_and_rebuilds_i
     pipe.tables["windows"].data["43"] = {**window, "job_id": "43"}  # the store, as a recovery writes it
     await stage.send_ticks()
     assert [k for k, _ in pipe.sent["ticks_job"]] == [b"42", b"42"]
-    await stage.forget_places()  # what a rebalance calls
+    await stage.forget_caches()  # what a rebalance calls
     await stage.send_ticks()
     assert sorted(k for k, _ in pipe.sent["ticks_job"][2:]) == [b"42", b"43"]
