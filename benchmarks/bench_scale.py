@@ -354,12 +354,16 @@ def run_level(
     t_start = time.monotonic()
     procs = [WorkerProc(f"{prefix}-{i}", env, tmp) for i in range(workers)]
     lag_reader = Consumer({"bootstrap.servers": bootstrap, "group.id": prefix, "enable.auto.commit": False})
+    # raw.logs is read by the batched extract stage, in its own group (streams/extract/batched.py)
+    extract_reader = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"{prefix}-extract", "enable.auto.commit": False}
+    )
     try:
         for w in procs:
             w.wait_ready()
-        wait_split(procs, cat.raw_logs.name, partitions, 180)
+        wait_split(procs, cat.signals_job.name, partitions, 180)
         ready_s = time.monotonic() - t_start
-        topics = stream_topics(cat)
+        topics = [t for t in stream_topics(cat) if t != cat.raw_logs.name]
         producer = ReliableProducer(bootstrap, f"bench-scale-{prefix}", linger_ms=20)
         brokers = broker_pids()
         worker_pids = [w.proc.pid for w in procs]
@@ -370,7 +374,10 @@ def run_level(
         produced_s = time.monotonic() - t0
         deadline = t0 + 900
         while time.monotonic() < deadline:
-            if group_lag(lag_reader, topics, partitions) == 0:
+            if (
+                group_lag(extract_reader, [cat.raw_logs.name], partitions) == 0
+                and group_lag(lag_reader, topics, partitions) == 0
+            ):
                 break
             if any(w.proc.poll() is not None for w in procs):
                 raise RuntimeError("a worker died during the run")
@@ -392,6 +399,7 @@ def run_level(
         return Level(workers, len(recs), seconds, ready_s, cpu)
     finally:
         lag_reader.close()
+        extract_reader.close()
         for w in procs:
             w.kill(signal.SIGTERM)
         delete_topics(bootstrap, cat)

@@ -46,6 +46,7 @@ from connectors.sources.simulator import SCENARIOS, SimOptions, background_recor
 from connectors.sources.simulator.output import iter_records
 from connectors.sources.simulator.shippers import Shipping
 from schemas import codec
+from streams.extract.batched import extract_group
 from streams.settings import REPO_ROOT, Settings
 
 SECTION = "Streaming worker (`make bench-stream`)"
@@ -239,35 +240,49 @@ def _end_offsets(bootstrap: str, topics: list[str], partitions: int) -> dict[tup
     return out
 
 
-def wait_caught_up(bootstrap: str, group: str, topics: list[str], partitions: int, timeout_s: float) -> float:
-    """Wait until the group has committed everything the input caused; return time.monotonic() then.
+def wait_caught_up(
+    bootstrap: str, owners: dict[str, str], topics: list[str], partitions: int, timeout_s: float
+) -> float:
+    """Wait until the worker has committed everything the input caused; return time.monotonic() then.
 
-    Round 1: every offset of the first topic (the input) is committed. Each further round
-    snapshots the ends of the downstream topics and waits until the group committed up to the
-    snapshot: one round per hop (raw → node → job → incidents). A fixed target, because the
-    detectors' timers keep adding a trickle of their own records (hang checks) that never stops.
+    ``owners`` names the consumer group that reads each topic (the batched extract stage has its
+    own group for ``raw.logs``). Round 1: every offset of the first topic (the input) is committed.
+    Each further round snapshots the ends of the downstream topics and waits until their groups
+    committed up to the snapshot: one round per hop (raw → node → job → incidents). A fixed target,
+    because the detectors' timers keep adding a trickle of their own records (hang checks) that
+    never stops.
     """
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumers = {
+        g: Consumer({"bootstrap.servers": bootstrap, "group.id": g, "enable.auto.commit": False})
+        for g in set(owners.values())
+    }
     deadline = time.monotonic() + timeout_s
     try:
         for hop in range(len(topics)):
             targets = _end_offsets(bootstrap, topics[: 1 if hop == 0 else len(topics)], partitions)
             while True:
-                committed = c.committed([TopicPartition(t, p) for t, p in targets], timeout=10)
-                if all(
-                    tp.offset >= targets[(tp.topic, tp.partition)]
-                    for tp in committed
-                    if targets[(tp.topic, tp.partition)]
-                ):
+                done = True
+                for group, c in consumers.items():
+                    mine = [TopicPartition(t, p) for t, p in targets if owners[t] == group]
+                    if not mine:
+                        continue
+                    committed = c.committed(mine, timeout=10)
+                    done = done and all(
+                        tp.offset >= targets[(tp.topic, tp.partition)]
+                        for tp in committed
+                        if targets[(tp.topic, tp.partition)]
+                    )
+                if done:
                     break
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the worker did not catch up within {timeout_s:.0f}s")
                 time.sleep(0.2)
         return time.monotonic()
     finally:
-        c.close()
+        for c in consumers.values():
+            c.close()
 
 
 def raw_consume_rate(bootstrap: str, topic: str, expected: int) -> float:
@@ -382,6 +397,12 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
     parser.add_argument("--seconds", type=float, default=20, help="duration of (c)")
     parser.add_argument("--latency-faults", type=int, default=35, help="fault scenarios in (c)")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--extract-stage",
+        choices=["batched", "agent"],
+        default="batched",
+        help="raw.logs → signals: the batched confluent-kafka stage (default) or the Faust agent (A/B)",
+    )
     parser.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     parser.add_argument("--keep-topics", action="store_true", help="leave the run's topics on the broker")
     parser.add_argument(
@@ -444,6 +465,7 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         "SICKBAY_PARTITIONS": str(args.partitions),
         "SICKBAY_STATE_DIR": str(workdir),
         "SICKBAY_MODE": "observe",
+        "SICKBAY_EXTRACT_STAGE": args.extract_stage,
     }
     # (b) first: the same bytes, a bare consumer, nothing else running
     raw_rate = raw_consume_rate(bootstrap, cat.raw_logs.name, len(pre.records))
@@ -463,7 +485,10 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
             cat.signals_job.name,
             cat.incidents.name,
         ]
-        t_done = wait_caught_up(bootstrap, prefix, stages, args.partitions, 1800)
+        owners = dict.fromkeys(stages, prefix)
+        if args.extract_stage == "batched":
+            owners[cat.raw_logs.name] = extract_group(settings)
+        t_done = wait_caught_up(bootstrap, owners, stages, args.partitions, 1800)
         cpu_a = worker.cpu_s() - cpu_ready
         e2e = len(pre.records) / (t_done - t_ready)
         seen_a = sum(1 for f in pre.faults if any(j == f.job_id for j, _ in reader.first))
@@ -475,7 +500,7 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         )
         # (c) paced
         sent_at, achieved = paced(bootstrap, cat.raw_logs.name, live, args.rate)
-        wait_caught_up(bootstrap, prefix, stages, args.partitions, 600)
+        wait_caught_up(bootstrap, owners, stages, args.partitions, 600)
         time.sleep(2)
         latencies = []
         for f in live.faults:
@@ -509,6 +534,7 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         "paced_achieved": round(achieved),
         "latency_faults_seen": f"{len(latencies)}/{len(live.faults)}",
         "state": f"{args.nodes} nodes, {args.jobs} jobs",
+        "extract_stage": args.extract_stage,
     }
     if not args.no_record:
         append_row(

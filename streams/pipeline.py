@@ -10,6 +10,9 @@
                                                          health.nodes, incidents (degrading)
     anything unreadable ─> dlq
 
+On a broker the extract step is the batched confluent-kafka stage (``extract/batched.py``, its own
+consumer group); the Faust agent of the same name serves in-memory tests (``extract_stage``).
+
 ``register`` is a function, not import-time decorators, so tests build as many
 apps as they like (memory store, their own topic prefix).
 """
@@ -77,6 +80,7 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
     from streams.correlate.progress_agent import register as register_progress
     from streams.decide.agent import register as register_decide
     from streams.extract.agent import register as register_extract
+    from streams.extract.batched import register as register_batched_extract
 
     cat = settings.topics
     topics = Topics(
@@ -111,7 +115,10 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
         health_nodes=_topic(app, cat.health_nodes),
     )
     pipe = Pipeline(app=app, settings=settings, topics=topics, agents={}, tables={})
-    register_extract(pipe)
+    if settings.extract_stage == "agent":
+        register_extract(pipe)
+    else:
+        register_batched_extract(pipe)
     register_correlate(pipe)
     if settings.detectors:
         register_progress(pipe)

@@ -76,6 +76,14 @@ class Settings(BaseSettings):
     faust_heartbeat_s: float = 2.0
     faust_rebalance_timeout_s: float = 20.0
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # raw.logs → signals: "batched" reads and writes in batches with confluent-kafka beside the Faust
+    # agents (streams/extract/batched.py, consumer group "<app_id>-extract"); "agent" is Faust's
+    # per-message agent (in-memory tests, or a fallback). Same rules, same signal ids either way.
+    extract_stage: Literal["batched", "agent"] = "batched"
+    extract_batch_max: int = Field(default=2000, ge=1, description="raw records read per batch")
+    extract_poll_s: float = Field(
+        default=0.05, gt=0, description="longest wait for a batch to fill (adds at most this latency)"
+    )
 
     # Correlation timing
     root_grace_s: float = Field(default=20.0, ge=0, description="wait this long for a root after a cascade")

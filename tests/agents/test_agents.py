@@ -36,7 +36,12 @@ from tests.factories import (
 async def pipe(tmp_path):
     run = uuid.uuid4().hex[:8]
     settings = Settings(
-        app_id=f"test-{run}", topic_prefix=f"t{run}", partitions=1, state_dir=tmp_path, lateness_s=3600
+        app_id=f"test-{run}",
+        topic_prefix=f"t{run}",
+        partitions=1,
+        state_dir=tmp_path,
+        lateness_s=3600,
+        extract_stage="agent",  # the per-message agent: agent.test_context drives it in memory
     )
     app = create_app(settings, store="memory://")
     pipeline = build(app, settings)

@@ -44,6 +44,7 @@ async def pipe(tmp_path: Any) -> Pipeline:
         lateness_s=LATENESS_S,
         unclaimed_grace_s=30,
         root_grace_s=0,  # a job's end closes its incident on the next tick
+        extract_stage="agent",  # the per-message agent: agent.test_context drives it in memory
     )
     app = create_app(settings, store="memory://")
     pipeline = build(app, settings)

@@ -56,6 +56,7 @@ async def h(tmp_path: Path) -> Harness:
         state_dir=tmp_path,
         detector_clock="event",
         straggler_sustain_s=120.0,
+        extract_stage="agent",  # the per-message agent: agent.test_context drives it in memory
     )
     app = create_app(settings, store="memory://")
     pipeline = build(app, settings)

@@ -99,7 +99,13 @@ def test_sigkill_and_restart_keeps_incident_identity_and_proposes_no_action_twic
                 key=node.encode(),
             )
         assert producer.flush(10) == 0
-        later = [Incident.model_validate(codec.loads(v)) for v in _read(incidents, 1, 60)]
+        # revisions follow the evidence as it arrives: read until one holds all three timeouts
+        later: list[Incident] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            i.supporting and i.supporting[0].count == 3 for i in later
+        ):
+            later += [Incident.model_validate(codec.loads(v)) for v in _read(incidents, 1, 5)]
         assert later, log.read_text()[-3000:]
         newest = max(later, key=lambda i: i.revision)
         assert newest.incident_id == first[0].incident_id

@@ -1,0 +1,249 @@
+"""The batched extract stage: ``raw.logs`` → signals in batches, beside the Faust agents.
+
+Why not a Faust agent: ``raw.logs`` is the fleet's full log volume, most of it lines no rule wants,
+and Faust handles every record one by one through its stream machinery (consumer buffers, event
+objects, per-message ack and offset bookkeeping). On ``make bench-stream`` that machinery cost more
+CPU than the rules themselves. This stage reads with confluent-kafka ``consume(N)``, runs the same
+:func:`~streams.extract.record.extract_record` on each record, hands the results to librdkafka's
+producer (batching, compression and acks happen in its C thread) and commits the batch's offsets
+only once every record it caused is acknowledged. The Faust agents keep the low-volume, stateful
+topics (signals, topology, incidents).
+
+Guarantees, the same as the agent's: at least once. A batch whose sends fail is read again (its
+signals keep their ids: ``topic/partition/offset`` + rule, so the correlator drops the copies). A
+``kill -9`` between send and commit replays at most one batch, the same way. Offsets are committed
+on a rebalance before the partitions move, so another worker starts where this one stopped.
+
+It runs in a thread of the worker process (consumer group ``<app_id>-extract``); a stage that dies
+crashes the worker (it must not stop reading while the worker looks alive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from connectors.kafka import consumer_config, producer_config
+from schemas import codec
+from schemas.base import utcnow
+from streams.extract.extractor import Extractor
+from streams.extract.record import Destination, extract_record
+from streams.settings import Settings
+
+log = logging.getLogger("sickbay.extract")
+
+SETTLE_TIMEOUT_S = 60.0  # a batch's sends that are not acknowledged by then are sent again
+RETRY_PAUSE_S = 1.0
+
+
+def extract_group(settings: Settings) -> str:
+    """The consumer group of the batched stage (lag, offsets: ``connectors/lag.py``)."""
+    return f"{settings.app_id}-extract"
+
+
+class BatchedExtract:
+    """Consume → extract → produce → commit, one batch at a time, in its own thread."""
+
+    def __init__(self, settings: Settings, extractor: Extractor | None = None) -> None:
+        self.settings = settings
+        self.extractor = extractor or Extractor()
+        cat = settings.topics
+        self.source = cat.raw_logs.name
+        self.topics: dict[Destination, str] = {
+            "signals_job": cat.signals_job.name,
+            "signals_node": cat.signals_node.name,
+            "raw_telemetry": cat.raw_telemetry.name,
+            "dlq": cat.dlq.name,
+        }
+        self.error: BaseException | None = None  # why the thread stopped, when it was not asked to
+        self.records = 0
+        self.sent = 0
+        self._stop = threading.Event()
+        self._failed: list[str] = []  # delivery errors of the batch in flight
+        self._settled: list[TopicPartition] = []  # offsets acknowledged and committed (async)
+        self._thread = threading.Thread(target=self._run, name="sickbay-extract", daemon=True)
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout_s: float | None = None) -> None:
+        self._thread.join(timeout_s)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            self._open()
+            while not self._stop.is_set():
+                self.step()
+        except BaseException as exc:  # reported to the worker, which crashes on it
+            log.exception("the batched extract stage stopped")
+            self.error = exc
+        finally:
+            self._close()
+
+    def _open(self) -> None:
+        s = self.settings
+        self._consumer = Consumer(
+            {
+                **consumer_config(s.kafka_bootstrap, extract_group(s), f"{s.app_id}-extract"),
+                "session.timeout.ms": int(s.faust_session_timeout_s * 1000),
+                "fetch.max.bytes": 32 * 1024 * 1024,
+            }
+        )
+        self._producer = Producer(
+            {
+                **producer_config(s.kafka_bootstrap, f"{s.app_id}-extract", linger_ms=5),
+                "queue.buffering.max.messages": 1_000_000,
+                "batch.size": 1024 * 1024,
+                "delivery.report.only.error": True,  # no Python callback per successful send
+                "on_delivery": self._on_delivery,
+            }
+        )
+        self._consumer.subscribe([self.source], on_revoke=self._on_revoke)
+
+    def _clients(self) -> tuple[Consumer, Producer]:
+        if self._consumer is None or self._producer is None:
+            raise RuntimeError("the extract stage is not open")
+        return self._consumer, self._producer
+
+    def _close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(SETTLE_TIMEOUT_S)
+        if self._consumer is not None:
+            try:
+                self._commit_settled(asynchronous=False)
+            finally:
+                self._consumer.close()
+
+    # -- one batch ---------------------------------------------------------------------------
+
+    def step(self) -> int:
+        """Read up to ``extract_batch_max`` records, send what they cause, commit when acknowledged.
+        Returns how many records were read."""
+        consumer, producer = self._clients()
+        msgs = consumer.consume(self.settings.extract_batch_max, self.settings.extract_poll_s)
+        if not msgs:
+            producer.poll(0)
+            return 0
+        now = utcnow()
+        first: dict[tuple[str, int], int] = {}
+        last: dict[tuple[str, int], int] = {}
+        for m in msgs:
+            if (err := m.error()) is not None:
+                self._consumer_error(err)
+                continue
+            offset = m.offset() or 0
+            tp = (m.topic() or self.source, m.partition() or 0)
+            first.setdefault(tp, offset)
+            last[tp] = offset
+            self._extract(m, tp, offset, now)
+        self.records += len(msgs)
+        self._settle(first, last)
+        return len(msgs)
+
+    def _extract(self, m: Message, tp: tuple[str, int], offset: int, now: Any) -> None:
+        key = m.key()
+        key_s = key.decode("utf-8", errors="replace") if isinstance(key, bytes) else key
+        for out in extract_record(self.extractor, m.value() or b"", key_s, tp[0], tp[1], offset, now):
+            self._produce(self.topics[out.dest], out.key, codec.dumps(out.value))
+
+    def _produce(self, topic: str, key: bytes, value: bytes) -> None:
+        _, producer = self._clients()
+        while True:
+            try:
+                producer.produce(topic, value, key)
+                self.sent += 1
+                return
+            except BufferError:  # the local queue is full: let librdkafka send, then try again
+                producer.poll(0.05)
+
+    def _settle(self, first: dict[tuple[str, int], int], last: dict[tuple[str, int], int]) -> None:
+        """Commit the batch once all its sends are acknowledged; otherwise read it again."""
+        consumer, producer = self._clients()
+        left = producer.flush(SETTLE_TIMEOUT_S)
+        if left or self._failed:
+            log.warning(
+                "extract: %d sends not acknowledged, %d failed (%s); reading the batch again",
+                left,
+                len(self._failed),
+                "; ".join(self._failed[:3]),
+            )
+            self._failed.clear()
+            for (topic, part), offset in first.items():
+                consumer.seek(TopicPartition(topic, part, offset))
+            time.sleep(RETRY_PAUSE_S)
+            return
+        self._settled = [TopicPartition(t, p, off + 1) for (t, p), off in last.items()]
+        self._commit_settled(asynchronous=True)
+
+    def _commit_settled(self, *, asynchronous: bool) -> None:
+        if not self._settled or self._consumer is None:
+            return
+        try:
+            if asynchronous:
+                self._consumer.commit(offsets=self._settled, asynchronous=True)
+            else:
+                self._consumer.commit(offsets=self._settled, asynchronous=False)
+        except KafkaException as exc:  # a moved partition: its next owner reads from the last commit
+            log.warning("extract: offset commit failed: %s", exc)
+
+    # -- callbacks (on this thread, from consume/flush) -------------------------------------------
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._failed.append(f"{msg.topic()}: {err}")
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Before partitions move: everything read so far is settled (batches settle before the next
+        read), so make the last commit synchronous; the new owner starts right after it."""
+        self._commit_settled(asynchronous=False)
+        self._settled = []
+
+    def _consumer_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            raise KafkaException(err)
+        log.warning("extract: consumer error: %s", err)
+
+
+def register(pipe: Any) -> None:
+    """Run the stage as a service of the worker's Faust app: started once tables are recovered,
+    stopped (last batch settled and committed) with the worker, and a stage that dies crashes it."""
+    import mode
+
+    settings = pipe.settings
+
+    class ExtractStage(mode.Service):
+        stage: BatchedExtract
+
+        async def on_start(self) -> None:
+            self.stage = BatchedExtract(settings)
+            self.stage.start()
+            pipe.services["extract"] = self.stage
+
+        async def on_stop(self) -> None:
+            self.stage.stop()
+            await asyncio.to_thread(self.stage.join, SETTLE_TIMEOUT_S + 10)
+
+        @mode.Service.task
+        async def _watch(self) -> None:
+            while not self.should_stop:
+                await self.sleep(1.0)
+                if not self.stage.alive() and not self.should_stop:
+                    await self.crash(self.stage.error or RuntimeError("the extract stage stopped"))
+                    return
+
+    pipe.app.service(ExtractStage)

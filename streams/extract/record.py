@@ -1,0 +1,60 @@
+"""One raw record → what the extract stage sends, shared by the Faust agent and the batched stage.
+
+Both paths must do the same thing with a record (same signals, same ids, same dead letters), so the
+decision lives here and the two stages only differ in how they read and write Kafka.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Literal, NamedTuple
+
+from schemas.base import Contract
+from streams.deadletters import dead_letter
+from streams.extract.extractor import Extractor, Position
+from streams.extract.normalize import BadRecord, normalize_all
+from streams.extract.telemetry import parse_metric
+
+log = logging.getLogger("sickbay.extract")
+
+Destination = Literal["signals_job", "signals_node", "raw_telemetry", "dlq"]
+
+
+class Outgoing(NamedTuple):
+    """One record to send: which topic of the pipeline, its key and its (typed) value."""
+
+    dest: Destination
+    key: bytes
+    value: Contract
+
+
+def extract_record(
+    extractor: Extractor,
+    value: bytes,
+    key: str | None,
+    topic: str,
+    partition: int,
+    offset: int,
+    now: datetime,
+) -> list[Outgoing]:
+    """Signals of one ``raw.logs`` record (job facts → ``signals.job``, node facts → ``signals.node``
+    for the route step), a Vector metric event → ``raw.telemetry``, anything unreadable or a rule
+    bug → one dead letter with the reason. Never raises: a bad record must not stop the stream."""
+    try:
+        if (sample := parse_metric(value, key_host=key)) is not None:  # Vector metric event
+            return [Outgoing("raw_telemetry", sample.node.encode(), sample)]
+        out: list[Outgoing] = []
+        for i, line in enumerate(normalize_all(value, key_host=key)):
+            for sig in extractor.extract(line, now, Position(topic, partition, offset, index=i)):
+                if sig.job_id is not None:
+                    out.append(Outgoing("signals_job", sig.job_id.encode(), sig))
+                else:
+                    out.append(Outgoing("signals_node", (sig.node or "_unknown").encode(), sig))
+        return out
+    except BadRecord as exc:
+        letter = dead_letter("extract", exc.reason, exc.detail, value, key, topic, partition, offset)
+    except Exception as exc:  # a rule bug: dead-letter the record and go on
+        log.exception("extract failed at %s/%s/%s", topic, partition, offset)
+        letter = dead_letter("extract", "extractor_error", repr(exc), value, key, topic, partition, offset)
+    return [Outgoing("dlq", b"extract", letter)]

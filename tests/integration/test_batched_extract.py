@@ -1,0 +1,178 @@
+"""The batched extract stage on the real broker: what it sends, when it commits, what a replay does."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from connectors.kafka import ReliableProducer, consumer_config, ensure_topics
+from schemas import codec
+from streams.extract.batched import BatchedExtract, extract_group
+from streams.settings import Settings
+from tests.factories import T0, kernel_xid, nccl_timeout
+from tests.unit.test_telemetry_extract import metric
+
+pytestmark = pytest.mark.integration
+
+
+def _settings(bootstrap: str) -> Settings:
+    run = uuid.uuid4().hex[:8]
+    s = Settings(kafka_bootstrap=bootstrap, topic_prefix=f"bx{run}", app_id=f"bx{run}", partitions=2)
+    ensure_topics(bootstrap, s.topics.all())
+    return s
+
+
+def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    producer = ReliableProducer(bootstrap, "bx-test", linger_ms=0)
+    for key, value in records:
+        producer.produce(topic, value, key=key)
+    assert producer.flush(15) == 0
+
+
+def _read_all(bootstrap: str, topics: list[str], expect: int, timeout_s: float = 20) -> list[tuple[str, Any]]:
+    c = Consumer(consumer_config(bootstrap, f"bx-read-{uuid.uuid4().hex}", "bx-read"))
+    c.subscribe(topics)
+    out: list[tuple[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < expect and time.monotonic() < deadline:
+        for m in c.consume(100, 0.5):
+            if m.error() is None and m.value() is not None:
+                out.append((m.topic() or "", codec.loads(m.value() or b"")))
+    time.sleep(1.0)  # anything beyond what was expected would be a duplicate: give it a moment
+    out.extend(
+        (m.topic() or "", codec.loads(m.value() or b"")) for m in c.consume(100, 0.5) if m.error() is None
+    )
+    c.close()
+    return out
+
+
+def _committed(s: Settings) -> int:
+    c = Consumer(consumer_config(s.kafka_bootstrap, extract_group(s), "bx-probe"))
+    parts = [TopicPartition(s.topics.raw_logs.name, p) for p in range(s.partitions)]
+    total = sum(max(0, tp.offset) for tp in c.committed(parts, timeout=10))
+    c.close()
+    return total
+
+
+def _drain(stage: BatchedExtract, records: int, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while stage.records < records and time.monotonic() < deadline:
+        stage.step()
+
+
+MIX = [
+    (b"gpu-03", kernel_xid("gpu-03", 79, T0)),  # node fact
+    (b"gpu-01", nccl_timeout("gpu-01", 0, "42", T0)),  # job fact
+    (b"gpu-01", b"iteration 10 | loss 1.0 | nothing wrong here"),  # no rule
+    (b"dcgm", metric()),  # Vector metric event
+    (b"gpu-01", b'{"log": "truncated'),  # unreadable
+]
+
+
+def test_each_record_lands_on_its_topic_and_the_batch_is_committed_once_acknowledged(kafka_bootstrap):
+    s = _settings(kafka_bootstrap)
+    cat = s.topics
+    _produce(kafka_bootstrap, cat.raw_logs.name, MIX)
+    stage = BatchedExtract(s)
+    stage._open()
+    try:
+        _drain(stage, len(MIX))
+        assert _committed(s) == len(MIX)
+    finally:
+        stage._close()
+    out = _read_all(
+        kafka_bootstrap,
+        [cat.signals_node.name, cat.signals_job.name, cat.raw_telemetry.name, cat.dlq.name],
+        expect=4,
+    )
+    by_topic = sorted((t.split(".", 1)[1], v.get("rule") or v.get("reason") or v.get("node")) for t, v in out)
+    assert by_topic == sorted(
+        [
+            ("signals.node", "gpu.xid"),
+            ("signals.job", "nccl.watchdog_timeout"),
+            ("raw.telemetry", codec.loads(metric())["tags"]["Hostname"]),
+            ("dlq", "invalid_json"),
+        ]
+    )
+
+
+def test_a_stage_that_died_before_its_commit_is_replayed_with_the_same_signal_ids(kafka_bootstrap):
+    s = _settings(kafka_bootstrap)
+    cat = s.topics
+    _produce(kafka_bootstrap, cat.raw_logs.name, MIX[:2])
+    first = BatchedExtract(s)
+    first._open()
+    first._commit_settled = lambda *, asynchronous: None  # type: ignore[method-assign]  # dies before it
+    _drain(first, 2)
+    first._producer.flush(10)  # type: ignore[union-attr]
+    first._consumer.close()  # type: ignore[union-attr]  # gone without a commit, as after kill -9
+    assert _committed(s) == 0
+
+    second = BatchedExtract(s)
+    second._open()
+    try:
+        _drain(second, 2)
+        assert _committed(s) == 2
+    finally:
+        second._close()
+    out = _read_all(kafka_bootstrap, [cat.signals_node.name, cat.signals_job.name], expect=4)
+    ids = sorted(v["signal_id"] for _, v in out)
+    assert len(ids) == 4 and len(set(ids)) == 2  # each fact twice, under one id: the correlator drops copies
+
+
+def test_a_batch_whose_sends_failed_is_read_again_and_only_then_committed(kafka_bootstrap, monkeypatch):
+    from streams.extract import batched
+
+    monkeypatch.setattr(batched, "RETRY_PAUSE_S", 0.0)
+    s = _settings(kafka_bootstrap)
+    _produce(kafka_bootstrap, s.topics.raw_logs.name, MIX[:2])
+    stage = BatchedExtract(s)
+    stage._open()
+    try:
+        real = stage._settle
+        calls: list[int] = []
+
+        def settle_once_failed(first: dict[tuple[str, int], int], last: dict[tuple[str, int], int]) -> None:
+            if not calls:
+                stage._failed.append("signals.job: Local: Message timed out (injected)")
+            calls.append(1)
+            real(first, last)
+
+        monkeypatch.setattr(stage, "_settle", settle_once_failed)
+        while stage.records < 2:
+            stage.step()
+        assert _committed(s) == 0  # the failed batch was not committed
+        _drain(stage, 4)  # the same two records again
+        assert stage.records == 4
+        assert _committed(s) == 2
+    finally:
+        stage._close()
+
+
+def test_the_stage_stopped_commits_and_a_new_one_resumes_after_its_last_record(kafka_bootstrap):
+    s = _settings(kafka_bootstrap)
+    _produce(kafka_bootstrap, s.topics.raw_logs.name, MIX[:2])
+    stage = BatchedExtract(s)
+    stage.start()
+    deadline = time.monotonic() + 30
+    while stage.records < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stage.stop()
+    stage.join(30)
+    assert not stage.alive() and stage.error is None
+    assert _committed(s) == 2
+
+    _produce(kafka_bootstrap, s.topics.raw_logs.name, MIX[2:3])
+    again = BatchedExtract(s)
+    again._open()
+    try:
+        _drain(again, 1)
+        time.sleep(0.5)
+        again.step()
+        assert again.records == 1  # only the new record: nothing before the commit was read twice
+    finally:
+        again._close()
