@@ -11,6 +11,7 @@ from typing import Any
 
 from schemas.base import utcnow
 from streams.extract.extractor import Extractor
+from streams.extract.quiet import RepeatQuieter
 from streams.extract.record import extract_record
 from streams.pipeline import Pipeline, key_str
 
@@ -18,6 +19,7 @@ from streams.pipeline import Pipeline, key_str
 def register(pipe: Pipeline) -> None:
     app = pipe.app
     extractor = Extractor()
+    quieter = RepeatQuieter(extractor.catalog)
     t = pipe.topics
     channels = {
         "signals_job": t.signals_job,
@@ -32,7 +34,7 @@ def register(pipe: Pipeline) -> None:
             msg = event.message
             value: bytes = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
             outs = extract_record(
-                extractor, value, key_str(event.key), msg.topic, msg.partition, msg.offset, utcnow()
+                extractor, value, key_str(event.key), msg.topic, msg.partition, msg.offset, utcnow(), quieter
             )
             for out in outs:
                 await channels[out.dest].send(key=out.key, value=out.value)

@@ -32,6 +32,7 @@ from connectors.kafka import consumer_config, producer_config
 from schemas import codec
 from schemas.base import utcnow
 from streams.extract.extractor import Extractor
+from streams.extract.quiet import RepeatQuieter
 from streams.extract.record import Destination, extract_record
 from streams.settings import Settings
 
@@ -52,6 +53,7 @@ class BatchedExtract:
     def __init__(self, settings: Settings, extractor: Extractor | None = None) -> None:
         self.settings = settings
         self.extractor = extractor or Extractor()
+        self.quieter = RepeatQuieter(self.extractor.catalog)
         cat = settings.topics
         self.source = cat.raw_logs.name
         self.topics: dict[Destination, str] = {
@@ -158,7 +160,10 @@ class BatchedExtract:
     def _extract(self, m: Message, tp: tuple[str, int], offset: int, now: Any) -> None:
         key = m.key()
         key_s = key.decode("utf-8", errors="replace") if isinstance(key, bytes) else key
-        for out in extract_record(self.extractor, m.value() or b"", key_s, tp[0], tp[1], offset, now):
+        outs = extract_record(
+            self.extractor, m.value() or b"", key_s, tp[0], tp[1], offset, now, self.quieter
+        )
+        for out in outs:
             self._produce(self.topics[out.dest], out.key, codec.dumps(out.value))
 
     def _produce(self, topic: str, key: bytes, value: bytes) -> None:

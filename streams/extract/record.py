@@ -14,6 +14,7 @@ from schemas.base import Contract
 from streams.deadletters import dead_letter
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize_all
+from streams.extract.quiet import RepeatQuieter
 from streams.extract.telemetry import parse_metric
 
 log = logging.getLogger("sickbay.extract")
@@ -37,16 +38,20 @@ def extract_record(
     partition: int,
     offset: int,
     now: datetime,
+    quieter: RepeatQuieter | None = None,
 ) -> list[Outgoing]:
     """Signals of one ``raw.logs`` record (job facts → ``signals.job``, node facts → ``signals.node``
     for the route step), a Vector metric event → ``raw.telemetry``, anything unreadable or a rule
-    bug → one dead letter with the reason. Never raises: a bad record must not stop the stream."""
+    bug → one dead letter with the reason. Never raises: a bad record must not stop the stream.
+    With a ``quieter``, repeats of a quiet rule's fact are not sent (``quiet.py``)."""
     try:
         if (sample := parse_metric(value, key_host=key)) is not None:  # Vector metric event
             return [Outgoing("raw_telemetry", sample.node.encode(), sample)]
         out: list[Outgoing] = []
         for i, line in enumerate(normalize_all(value, key_host=key)):
             for sig in extractor.extract(line, now, Position(topic, partition, offset, index=i)):
+                if quieter is not None and not quieter.keep(sig):
+                    continue
                 if sig.job_id is not None:
                     out.append(Outgoing("signals_job", sig.job_id.encode(), sig))
                 else:

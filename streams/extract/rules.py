@@ -94,6 +94,11 @@ class Rule(BaseModel):
     # A catch-all: it fires on a line only when no other rule did (so site rules and specific
     # signatures always win a line over it, whatever the file order).
     fallback: bool = False
+    # The same fact again, for the same job (or node-only fact) on the same node, within this many
+    # seconds of event time adds nothing the first one did not say (every rank of a node prints
+    # NCCL's "net plugin not found" at every communicator init): the streaming extract stage sends
+    # the first and drops the rest (``streams/extract/quiet.py``). ``sickbay diagnose`` keeps all.
+    repeat_quiet_s: float | None = Field(default=None, gt=0)
     lookup: str | None = None
     lookup_key: str | None = None
     examples: list[Example] = Field(min_length=2)
