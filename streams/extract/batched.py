@@ -24,6 +24,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -224,9 +225,10 @@ class BatchedExtract:
         log.warning("extract: consumer error: %s", err)
 
 
-def register(pipe: Any) -> None:
+def register(pipe: Any, make_stage: Callable[[Settings], BatchedExtract] = BatchedExtract) -> type:
     """Run the stage as a service of the worker's Faust app: started once tables are recovered,
-    stopped (last batch settled and committed) with the worker, and a stage that dies crashes it."""
+    stopped (last batch settled and committed) with the worker, and a stage that dies crashes it.
+    Returns the service class (tests start it on its own)."""
     import mode
 
     settings = pipe.settings
@@ -235,7 +237,7 @@ def register(pipe: Any) -> None:
         stage: BatchedExtract
 
         async def on_start(self) -> None:
-            self.stage = BatchedExtract(settings)
+            self.stage = make_stage(settings)
             self.stage.start()
             pipe.services["extract"] = self.stage
 
@@ -252,3 +254,4 @@ def register(pipe: Any) -> None:
                     return
 
     pipe.app.service(ExtractStage)
+    return ExtractStage
