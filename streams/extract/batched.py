@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +47,20 @@ RETRY_PAUSE_S = 1.0
 def extract_group(settings: Settings) -> str:
     """The consumer group of the batched stage (lag, offsets: ``connectors/lag.py``)."""
     return f"{settings.app_id}-extract"
+
+
+def consumer_settings(settings: Settings) -> dict[str, Any]:
+    """The stage's consumer. Under the static membership the deploy sets up for workers
+    (``CONSUMER_GROUP_INSTANCE_ID``, which Faust's own consumer reads too) it joins its group as the
+    same member, so a restarted worker gets its ``raw.logs`` partitions back without a rebalance."""
+    conf: dict[str, Any] = {
+        **consumer_config(settings.kafka_bootstrap, extract_group(settings), f"{settings.app_id}-extract"),
+        "session.timeout.ms": int(settings.faust_session_timeout_s * 1000),
+        "fetch.max.bytes": 32 * 1024 * 1024,
+    }
+    if instance := os.environ.get("CONSUMER_GROUP_INSTANCE_ID"):
+        conf["group.instance.id"] = instance  # unique per member; the group differs from Faust's
+    return conf
 
 
 class BatchedExtract:
@@ -100,13 +115,7 @@ class BatchedExtract:
 
     def _open(self) -> None:
         s = self.settings
-        self._consumer = Consumer(
-            {
-                **consumer_config(s.kafka_bootstrap, extract_group(s), f"{s.app_id}-extract"),
-                "session.timeout.ms": int(s.faust_session_timeout_s * 1000),
-                "fetch.max.bytes": 32 * 1024 * 1024,
-            }
-        )
+        self._consumer = Consumer(consumer_settings(s))
         self._producer = Producer(
             {
                 **producer_config(s.kafka_bootstrap, f"{s.app_id}-extract", linger_ms=5),

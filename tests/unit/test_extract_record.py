@@ -74,3 +74,16 @@ def test_a_rule_that_raises_dead_letters_the_record_instead_of_stopping_the_stre
     assert isinstance(out.value, DeadLetter) and out.value.reason == "extractor_error"
     assert "rule bug" in out.value.error
     assert codec.loads(codec.dumps(out.value))["stage"] == "extract"
+
+
+def test_the_batched_stage_joins_with_the_workers_static_member_id_when_the_deploy_sets_one(monkeypatch):
+    from streams.extract.batched import consumer_settings
+    from streams.settings import Settings
+
+    s = Settings(app_id="sickbay", kafka_bootstrap="k:9092")
+    monkeypatch.delenv("CONSUMER_GROUP_INSTANCE_ID", raising=False)
+    conf = consumer_settings(s)
+    assert conf["group.id"] == "sickbay-extract" and "group.instance.id" not in conf
+    assert conf["enable.auto.commit"] is False  # committed only after the sends are acknowledged
+    monkeypatch.setenv("CONSUMER_GROUP_INSTANCE_ID", "sickbay-worker-2")
+    assert consumer_settings(s)["group.instance.id"] == "sickbay-worker-2"
