@@ -26,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemas.actions import IsolationRequest
 from streams.decide.policy_config import FleetValves
 
+MAX_REASSERTED = 32  # incidents remembered per drained node (a node rarely collects more while drained)
+
 
 class Isolation(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -35,6 +37,8 @@ class Isolation(BaseModel):
     partition: str | None = None
     expires_at: datetime | None = None
     incident_id: str
+    # other incidents that re-asserted this drain: a re-read of one of their requests is a replay too
+    reasserted_by: list[str] = Field(default_factory=list)
 
 
 class GateState(BaseModel):
@@ -84,10 +88,11 @@ def admit(state: GateState, req: IsolationRequest, valves: FleetValves, now: dat
         # Already drained (e.g. pre-emptively, as degrading): this incident's drain is re-asserted so its
         # own record is complete — the adapter answers "converged" — but it is not counted again.
         held = state.active[req.node]
-        if held.incident_id == req.incident_id:
+        if held.incident_id == req.incident_id or req.incident_id in held.reasserted_by:
             # The same request again: its input re-read after a worker died between proposing the
             # drain and committing the request's offset. The drain is out already; say nothing twice.
             return Verdict(approved=False, replay=True, note=f"{req.node} already isolated for this incident")
+        held.reasserted_by = [*held.reasserted_by, req.incident_id][-MAX_REASSERTED:]
         return Verdict(approved=True, note=f"{req.node} already isolated for {held.incident_id}; not counted")
 
     flaps = state.history.get(req.node, [])

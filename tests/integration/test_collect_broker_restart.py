@@ -2,7 +2,7 @@
 
 This test stops and starts a broker, so it never uses the shared one: it starts its
 OWN single-node Kafka with deploy/local/kafka.sh on other ports
-(``SICKBAY_TEST_RESTART_KAFKA_PORT``, default 49192, controller +1) and its own data
+(``SICKBAY_TEST_RESTART_KAFKA_PORT``, default: the first free pair from 29192, controller +1) and its own data
 dir, and removes it afterwards. It fails, with the script's output, when that broker
 cannot start (Java 17 and the cached Kafka jars are needed).
 """
@@ -10,6 +10,7 @@ cannot start (Java 17 and the cached Kafka jars are needed).
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -68,9 +69,25 @@ class OwnBroker:
         self.run("down")
 
 
+def _free_port_pair(start: int = 29192, tries: int = 200) -> int:
+    """A port p with p and p + 1 free. Below the kernel's ephemeral range (32768 and up on Linux), so
+    a client socket cannot hold it by chance between this check and the broker's bind (a fixed
+    49192 once failed CI that way)."""
+    for port in range(start, start + 2 * tries, 2):
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    pytest.fail(f"no two free ports in {start}..{start + 2 * tries}; set SICKBAY_TEST_RESTART_KAFKA_PORT")
+
+
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnBroker]:
-    port = int(os.environ.get("SICKBAY_TEST_RESTART_KAFKA_PORT", "49192"))
+    env_port = os.environ.get("SICKBAY_TEST_RESTART_KAFKA_PORT")
+    port = int(env_port) if env_port else _free_port_pair()
     broker = OwnBroker(tmp_path_factory.mktemp("own-kafka"), port)
     broker.up()
     wait_for_broker(broker.bootstrap, 60)

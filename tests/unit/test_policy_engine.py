@@ -367,3 +367,16 @@ def test_the_same_incidents_request_read_again_after_a_worker_died_proposes_noth
     replay = admit(state, request("n1"), valves, NOW + timedelta(seconds=20))
     assert (replay.approved, replay.replay, replay.alert) == (False, True, False)
     assert len(state.recent) == 1
+
+
+def test_a_re_asserting_incidents_request_read_again_after_a_worker_died_proposes_nothing_twice():
+    """A degrading incident drained the node; the job's incident then re-asserted the drain. After a
+    kill -9 the job incident's request is read again: it is a replay, not a third proposal."""
+    state, valves = GateState(), FleetValves()
+    assert admit(state, request("n1"), valves, NOW).approved  # the degrading incident's drain
+    job_incident = request("n1").model_copy(update={"incident_id": "inc-job", "request_id": "r-job"})
+    assert admit(state, job_incident, valves, NOW + timedelta(seconds=1)).approved  # re-asserted once
+    replay = admit(state, job_incident, valves, NOW + timedelta(seconds=20))
+    assert (replay.approved, replay.replay) == (False, True)
+    third = request("n1").model_copy(update={"incident_id": "inc-third", "request_id": "r-third"})
+    assert admit(state, third, valves, NOW + timedelta(seconds=30)).approved  # another incident still is
