@@ -40,7 +40,7 @@ from connectors.sources.simulator import SimOptions, generate
 from connectors.sources.simulator.output import Record, iter_records
 from connectors.sources.simulator.shippers import Shipping
 from connectors.sources.simulator.truth import GroundTruth
-from schemas.topics import TopicCatalog
+from schemas.topics import TopicCatalog, extract_group
 from streams.settings import REPO_ROOT
 
 CLUSTER_SCRIPT = REPO_ROOT / "deploy" / "local" / "kafka-cluster.sh"
@@ -356,7 +356,7 @@ def run_level(
     lag_reader = Consumer({"bootstrap.servers": bootstrap, "group.id": prefix, "enable.auto.commit": False})
     # raw.logs is read by the batched extract stage, in its own group (streams/extract/batched.py)
     extract_reader = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"{prefix}-extract", "enable.auto.commit": False}
+        {"bootstrap.servers": bootstrap, "group.id": extract_group(prefix), "enable.auto.commit": False}
     )
     try:
         for w in procs:

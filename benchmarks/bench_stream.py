@@ -46,7 +46,7 @@ from connectors.sources.simulator import SCENARIOS, SimOptions, background_recor
 from connectors.sources.simulator.output import iter_records
 from connectors.sources.simulator.shippers import Shipping
 from schemas import codec
-from streams.extract.batched import extract_group
+from schemas.topics import extract_group
 from streams.settings import REPO_ROOT, Settings
 
 SECTION = "Streaming worker (`make bench-stream`)"
@@ -487,7 +487,7 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         ]
         owners = dict.fromkeys(stages, prefix)
         if args.extract_stage == "batched":
-            owners[cat.raw_logs.name] = extract_group(settings)
+            owners[cat.raw_logs.name] = extract_group(settings.app_id)
         t_done = wait_caught_up(bootstrap, owners, stages, args.partitions, 1800)
         cpu_a = worker.cpu_s() - cpu_ready
         e2e = len(pre.records) / (t_done - t_ready)

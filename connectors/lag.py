@@ -22,6 +22,8 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from schemas.topics import extract_group
+
 log = logging.getLogger("sickbay.lag")
 
 
@@ -35,7 +37,7 @@ def sickbay_groups(prefix: str, app_id: str, cat_topics: dict[str, str]) -> list
     """The groups sickbay runs and what each consumes (names as the CLI and the worker set them)."""
     t = cat_topics
     return [
-        GroupTopics(f"{app_id}-extract", (t["raw_logs"],)),  # the batched extract stage
+        GroupTopics(extract_group(app_id), (t["raw_logs"],)),  # the batched extract stage
         GroupTopics(app_id, (t["raw_logs"], t["signals_node"], t["signals_job"], t["incidents"])),
         GroupTopics(f"{prefix}-adapter-slurm", (t["actions"],)),
         GroupTopics(f"{prefix}-adapter-kubernetes", (t["actions"],)),

@@ -30,6 +30,12 @@ class TopicSpec(BaseModel):
         return {"retention.ms": str(self.retention_ms)}
 
 
+def extract_group(app_id: str) -> str:
+    """The consumer group (and client id) of the worker's batched extract stage, which reads
+    ``raw.logs`` outside the Faust app's own group ``app_id``."""
+    return f"{app_id}-extract"
+
+
 # The Faust tables, by name. Their changelog topics (``<app_id>-<table>-changelog``) are
 # pre-created with the source topics' partition count: a changelog that Faust creates at
 # start-up can be missing from a fresh broker's metadata for seconds, and Faust then

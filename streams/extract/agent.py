@@ -12,7 +12,7 @@ from typing import Any
 from schemas.base import utcnow
 from streams.extract.extractor import Extractor
 from streams.extract.quiet import RepeatQuieter
-from streams.extract.record import extract_record
+from streams.extract.record import DESTINATIONS, extract_record
 from streams.pipeline import Pipeline, key_str
 
 
@@ -21,12 +21,7 @@ def register(pipe: Pipeline) -> None:
     extractor = Extractor()
     quieter = RepeatQuieter(extractor.catalog)
     t = pipe.topics
-    channels = {
-        "signals_job": t.signals_job,
-        "signals_node": t.signals_node,
-        "raw_telemetry": t.raw_telemetry,
-        "dlq": t.dlq,
-    }
+    channels = {dest: getattr(t, dest) for dest in DESTINATIONS}
 
     @app.agent(t.raw_logs, name="extract", concurrency=1)
     async def extract(stream: Any) -> None:

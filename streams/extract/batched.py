@@ -33,9 +33,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from connectors.kafka import consumer_config, producer_config
 from schemas import codec
 from schemas.base import utcnow
+from schemas.topics import extract_group
 from streams.extract.extractor import Extractor
 from streams.extract.quiet import RepeatQuieter
-from streams.extract.record import Destination, extract_record
+from streams.extract.record import DESTINATIONS, Destination, extract_record
+from streams.pipeline import key_str
 from streams.settings import Settings
 
 log = logging.getLogger("sickbay.extract")
@@ -44,17 +46,13 @@ SETTLE_TIMEOUT_S = 60.0  # a batch's sends that are not acknowledged by then are
 RETRY_PAUSE_S = 1.0
 
 
-def extract_group(settings: Settings) -> str:
-    """The consumer group of the batched stage (lag, offsets: ``connectors/lag.py``)."""
-    return f"{settings.app_id}-extract"
-
-
 def consumer_settings(settings: Settings) -> dict[str, Any]:
     """The stage's consumer. Under the static membership the deploy sets up for workers
     (``CONSUMER_GROUP_INSTANCE_ID``, which Faust's own consumer reads too) it joins its group as the
     same member, so a restarted worker gets its ``raw.logs`` partitions back without a rebalance."""
+    group = extract_group(settings.app_id)  # also its client id
     conf: dict[str, Any] = {
-        **consumer_config(settings.kafka_bootstrap, extract_group(settings), f"{settings.app_id}-extract"),
+        **consumer_config(settings.kafka_bootstrap, group, group),
         "session.timeout.ms": int(settings.faust_session_timeout_s * 1000),
         "fetch.max.bytes": 32 * 1024 * 1024,
     }
@@ -72,15 +70,9 @@ class BatchedExtract:
         self.quieter = RepeatQuieter(self.extractor.catalog)
         cat = settings.topics
         self.source = cat.raw_logs.name
-        self.topics: dict[Destination, str] = {
-            "signals_job": cat.signals_job.name,
-            "signals_node": cat.signals_node.name,
-            "raw_telemetry": cat.raw_telemetry.name,
-            "dlq": cat.dlq.name,
-        }
+        self.topics: dict[Destination, str] = {dest: getattr(cat, dest).name for dest in DESTINATIONS}
         self.error: BaseException | None = None  # why the thread stopped, when it was not asked to
         self.records = 0
-        self.sent = 0
         self._stop = threading.Event()
         self._failed: list[str] = []  # delivery errors of the batch in flight
         self._settled: list[TopicPartition] = []  # offsets acknowledged and committed (async)
@@ -118,7 +110,7 @@ class BatchedExtract:
         self._consumer = Consumer(consumer_settings(s))
         self._producer = Producer(
             {
-                **producer_config(s.kafka_bootstrap, f"{s.app_id}-extract", linger_ms=5),
+                **producer_config(s.kafka_bootstrap, extract_group(s.app_id), linger_ms=5),
                 "queue.buffering.max.messages": 1_000_000,
                 "batch.size": 1024 * 1024,
                 "delivery.report.only.error": True,  # no Python callback per successful send
@@ -168,10 +160,8 @@ class BatchedExtract:
         return len(msgs)
 
     def _extract(self, m: Message, tp: tuple[str, int], offset: int, now: Any) -> None:
-        key = m.key()
-        key_s = key.decode("utf-8", errors="replace") if isinstance(key, bytes) else key
         outs = extract_record(
-            self.extractor, m.value() or b"", key_s, tp[0], tp[1], offset, now, self.quieter
+            self.extractor, m.value() or b"", key_str(m.key()), tp[0], tp[1], offset, now, self.quieter
         )
         for out in outs:
             self._produce(self.topics[out.dest], out.key, codec.dumps(out.value))
@@ -181,7 +171,6 @@ class BatchedExtract:
         while True:
             try:
                 producer.produce(topic, value, key)
-                self.sent += 1
                 return
             except BufferError:  # the local queue is full: let librdkafka send, then try again
                 producer.poll(0.05)

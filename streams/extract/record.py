@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 from schemas.base import Contract
 from streams.deadletters import dead_letter
@@ -20,6 +20,8 @@ from streams.extract.telemetry import parse_metric
 log = logging.getLogger("sickbay.extract")
 
 Destination = Literal["signals_job", "signals_node", "raw_telemetry", "dlq"]
+# each is the name of its topic in the catalog (``Settings.topics``) and in ``pipeline.Topics``
+DESTINATIONS: tuple[Destination, ...] = get_args(Destination)
 
 
 class Outgoing(NamedTuple):

@@ -11,7 +11,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import ReliableProducer, consumer_config, ensure_topics
 from schemas import codec
-from streams.extract.batched import BatchedExtract, extract_group
+from schemas.topics import extract_group
+from streams.extract.batched import BatchedExtract
 from streams.settings import Settings
 from tests.factories import T0, kernel_xid, nccl_timeout
 from tests.unit.test_telemetry_extract import metric
@@ -51,7 +52,7 @@ def _read_all(bootstrap: str, topics: list[str], expect: int, timeout_s: float =
 
 
 def _committed(s: Settings) -> int:
-    c = Consumer(consumer_config(s.kafka_bootstrap, extract_group(s), "bx-probe"))
+    c = Consumer(consumer_config(s.kafka_bootstrap, extract_group(s.app_id), "bx-probe"))
     parts = [TopicPartition(s.topics.raw_logs.name, p) for p in range(s.partitions)]
     total = sum(max(0, tp.offset) for tp in c.committed(parts, timeout=10))
     c.close()
