@@ -49,6 +49,16 @@ TICK_INDEX_REBUILD_S = 60.0
 LONE_ROLES = frozenset({Role.HINT, Role.CONFIRMATION})  # roles that never open a window on their own
 MAX_PENDING_PER_NODE = 256
 MAX_CACHED_PLACES = 200_000  # a few hundred jobs' ranks; emptied when full
+MAX_CACHED_WINDOWS = 1_024  # parsed windows (tens of KB each as objects); the oldest goes first
+MAX_CACHED_STATES = 20_000  # parsed topologies and node states (small)
+
+
+def _remember(cache: dict[str, Any], key: str, value: Any, bound: int) -> None:
+    """Write-through cache entry; when full, the oldest entry goes (dicts keep insertion order)."""
+    cache.pop(key, None)
+    if len(cache) >= bound:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
 
 
 class NodeJob(BaseModel):
@@ -124,6 +134,11 @@ class CorrelateStage:
         # included, spares a store read and a validation each time. This stage is the table's only
         # writer; a rebalance (tables recovered from changelogs) empties it.
         self._places: dict[str, RankPlace | None] = {}
+        # The same for the job's window, topology and the node's state: validating a window of
+        # tens of KB from its stored dict on every signal was the correlate step's largest cost.
+        self._windows: dict[str, IncidentWindow | None] = {}
+        self._topologies: dict[str, JobTopology | None] = {}
+        self._node_states: dict[str, NodeState | None] = {}
         # job -> the latest context hint per rank from before its incident (lookback.py)
         self.lookback = app.Table(TABLE_JOB_LOOKBACK, default=None, partitions=settings.partitions)
         app.on_partitions_revoked.connect(self.forget_caches)
@@ -133,6 +148,10 @@ class CorrelateStage:
         # the table after a rebalance and once a minute (a recovery fills the table behind our back).
         self._tickable: dict[str, tuple[bool, datetime]] = {}
         self._tickable_built: float | None = None
+        # nodes holding unclaimed facts, for the same timer (decoding all 10k node states each
+        # second to find the few with pending facts cost more than the route step); same upkeep
+        self._pending_nodes: set[str] = set()
+        self._pending_built: float | None = None
 
     async def dead_letter(self, stage: str, event: Any, key: str, exc: Exception) -> None:
         await dead_letter_event(self.t.dlq, stage, event, key, exc)
@@ -147,10 +166,9 @@ class CorrelateStage:
         node = key_str(event.key) or "_unknown"
         value = event.value
         if isinstance(value, dict) and value.get("tick"):
-            raw_state = self.node_jobs.get(node)
-            if raw_state:
-                state = await self.release_unclaimed(node, NodeState.model_validate(raw_state), utcnow())
-                self.node_jobs[node] = _dump(state)
+            current = self._node_state(node)
+            if current is not None:
+                self._keep_node_state(node, await self.release_unclaimed(node, current, utcnow()))
             return
         try:
             if isinstance(value, dict) and "signal_id" in value:
@@ -160,13 +178,29 @@ class CorrelateStage:
         except ValidationError as exc:
             await self.dead_letter("route", event, node, exc)
             return
-        raw = self.node_jobs.get(node)
-        state = NodeState.model_validate(raw) if raw else NodeState()
+        state = self._node_state(node) or NodeState()
         if isinstance(item, JobNodeAssignment):
-            state = await self.on_assignment(state, item)
+            new = await self.on_assignment(state, item)
         else:
-            state = await self.on_node_signal(state, item)
+            new = await self.on_node_signal(state, item)
+        if new is not state:  # a fact forwarded at once leaves the node's state as it was
+            self._keep_node_state(node, new)
+
+    def _node_state(self, node: str) -> NodeState | None:
+        if node in self._node_states:
+            return self._node_states[node]
+        raw = self.node_jobs.get(node)
+        state = NodeState.model_validate(raw) if raw else None
+        _remember(self._node_states, node, state, MAX_CACHED_STATES)
+        return state
+
+    def _keep_node_state(self, node: str, state: NodeState) -> None:
         self.node_jobs[node] = _dump(state)
+        _remember(self._node_states, node, state, MAX_CACHED_STATES)
+        if state.pending:
+            self._pending_nodes.add(node)
+        else:
+            self._pending_nodes.discard(node)
 
     async def on_assignment(self, state: NodeState, item: JobNodeAssignment) -> NodeState:
         """Topology arrived: release node facts that were waiting for it."""
@@ -246,12 +280,10 @@ class CorrelateStage:
             if signal.rule == RANK_PLACEMENT_RULE:
                 self.record_place(job_id, signal)
                 return
-        raw_win = self.windows.get(job_id)
-        if not is_tick and self.settled_without_state(job_id, signal, raw_win):
+        window = self._window(job_id)
+        if not is_tick and self.settled_without_state(job_id, signal, window):
             return
-        raw_topo = self.job_topology.get(job_id)
-        topo = JobTopology.model_validate(raw_topo) if raw_topo else None
-        window = IncidentWindow.model_validate(raw_win) if raw_win else None
+        topo = self._topology(job_id)
         if is_tick:
             if window is not None:
                 await self.on_tick(job_id, window, topo, now)
@@ -261,7 +293,7 @@ class CorrelateStage:
         else:
             await self.on_signal(job_id, signal, window, topo, now)
 
-    def settled_without_state(self, job_id: str, signal: Signal, raw_win: dict[str, Any] | None) -> bool:
+    def settled_without_state(self, job_id: str, signal: Signal, window: IncidentWindow | None) -> bool:
         """Signals that need no job state: a look-back bar with no open window (kept for the window it
         will explain), a hint or confirmation with no window (it opens nothing)."""
         if signal.rule in LOOKBACK_RULES:
@@ -269,8 +301,8 @@ class CorrelateStage:
             held = remember(self.lookback.get(job_id), signal)
             if held is not None:
                 self.lookback[job_id] = held
-            return raw_win is None or bool(raw_win.get("closed"))
-        return raw_win is None and signal.role in LONE_ROLES
+            return window is None or window.closed
+        return window is None and signal.role in LONE_ROLES
 
     async def on_signal(
         self,
@@ -293,16 +325,37 @@ class CorrelateStage:
         self._keep_window(job_id, updated)
 
     async def forget_caches(self, *_: Any, **__: Any) -> None:
-        self._places.clear()
+        """Partitions moved: parsed copies may be stale, the tables are the truth again."""
+        for cache in (self._places, self._windows, self._topologies, self._node_states):
+            cache.clear()
         self._tickable_built = None
+        self._pending_built = None
+
+    def _window(self, job_id: str) -> IncidentWindow | None:
+        if job_id in self._windows:
+            return self._windows[job_id]
+        raw = self.windows.get(job_id)
+        window = IncidentWindow.model_validate(raw) if raw else None
+        _remember(self._windows, job_id, window, MAX_CACHED_WINDOWS)
+        return window
 
     def _keep_window(self, job_id: str, window: IncidentWindow) -> None:
         self.windows[job_id] = _dump(window)
+        _remember(self._windows, job_id, window, MAX_CACHED_WINDOWS)
         self._tickable[job_id] = (window.closed, window.last_signal_at)
 
     def _drop_window(self, job_id: str) -> None:
         self.windows.pop(job_id, None)
+        _remember(self._windows, job_id, None, MAX_CACHED_WINDOWS)
         self._tickable.pop(job_id, None)
+
+    def _topology(self, job_id: str) -> JobTopology | None:
+        if job_id in self._topologies:
+            return self._topologies[job_id]
+        raw = self.job_topology.get(job_id)
+        topo = JobTopology.model_validate(raw) if raw else None
+        _remember(self._topologies, job_id, topo, MAX_CACHED_STATES)
+        return topo
 
     def _place(self, key: str) -> RankPlace | None:
         if key in self._places:
@@ -354,6 +407,7 @@ class CorrelateStage:
     ) -> None:
         new_topo, assignments = apply_topology(topo, signal, self.cluster)
         self.job_topology[job_id] = _dump(new_topo)
+        _remember(self._topologies, job_id, new_topo, MAX_CACHED_STATES)
         just_ended = new_topo.ended_at is not None and (topo is None or topo.ended_at is None)
         if just_ended and (window is None or window.closed):
             self.drop_job_state(job_id)  # no incident left to attribute (else: when its window goes)
@@ -383,11 +437,15 @@ class CorrelateStage:
         """Timer body: it may not change tables, so it asks the streams to tick each live window
         and each node holding unclaimed facts."""
         now = utcnow()
-        for node, raw in list(self.node_jobs.items()):
-            if raw and raw.get("pending"):
-                await self.t.ticks_node.send(
-                    key=(key_str(node) or "_unknown").encode(), value={"tick": True, "at": now}
-                )
+        if self._pending_built is None or time.monotonic() - self._pending_built > TICK_INDEX_REBUILD_S:
+            self._pending_nodes = {
+                key_str(node) or "_unknown"
+                for node, raw in list(self.node_jobs.items())
+                if raw and raw.get("pending")
+            }
+            self._pending_built = time.monotonic()
+        for node in list(self._pending_nodes):
+            await self.t.ticks_node.send(key=node.encode(), value={"tick": True, "at": now})
         if self._tickable_built is None or time.monotonic() - self._tickable_built > TICK_INDEX_REBUILD_S:
             self._tickable = {
                 key_str(job_id) or "?": (

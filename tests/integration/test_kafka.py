@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -55,3 +56,33 @@ def test_confluent_producers_partition_keys_like_faust_and_aiokafka(kafka_bootst
     partitioner = DefaultPartitioner()
     want = {k: partitioner(k, list(range(8)), list(range(8))) for k in keys}
     assert seen == want
+
+
+def test_the_session_cleanup_spares_topics_another_running_application_reads(kafka_bootstrap):
+    """A benchmark sharing the broker with a test session must keep its topics when the session
+    ends; what the session alone created goes."""
+    from connectors.kafka import admin
+    from tests.components import _topics_dropped_after
+
+    busy, idle = f"itbusy{uuid.uuid4().hex[:8]}", f"itidle{uuid.uuid4().hex[:8]}"
+    with _topics_dropped_after(kafka_bootstrap):
+        ensure_topics(
+            kafka_bootstrap,
+            [
+                TopicSpec(name=f"{busy}.raw.logs", key="k", value="v", partitions=1),
+                TopicSpec(name=f"{busy}-windows-changelog", key="k", value="v", partitions=1),
+                TopicSpec(name=f"{idle}.raw.logs", key="k", value="v", partitions=1),
+            ],
+        )
+        reader = Consumer(consumer_config(kafka_bootstrap, f"{busy}-group", "it-cleanup"))
+        reader.subscribe([f"{busy}.raw.logs"])
+        deadline = time.monotonic() + 30
+        while not reader.assignment() and time.monotonic() < deadline:
+            reader.poll(0.2)
+        assert reader.assignment(), "the reader never got its partition"
+    try:
+        left = set(admin(kafka_bootstrap).list_topics(timeout=10).topics)
+        assert {f"{busy}.raw.logs", f"{busy}-windows-changelog"} <= left
+        assert f"{idle}.raw.logs" not in left
+    finally:
+        reader.close()
