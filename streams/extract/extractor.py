@@ -159,6 +159,8 @@ class Extractor:
         job_id = fields.pop("job_id", None) or line.job_id
         summary_template = (entry.summary if entry and entry.summary else None) or rule.summary
         all_fields = _Fields(fields, gpu=gpu, rank=rank, job_id=job_id)
+        if subject is not None:
+            all_fields["node"] = subject  # popped above, still named in summaries
         attrs = dict(fields)
         if task is not None and "task" not in attrs:
             attrs["srun_task"] = task

@@ -4,7 +4,16 @@ from datetime import timedelta
 
 from schemas.incidents import Category
 from schemas.signals import Role
-from tests.factories import T0, cuda_error, kernel_xid, nccl_timeout, one, signals, slurmctld_allocate
+from tests.factories import (
+    T0,
+    cuda_error,
+    kernel_xid,
+    nccl_timeout,
+    one,
+    signals,
+    slurmctld_allocate,
+    slurmctld_line,
+)
 
 
 def test_xid_79_is_a_decisive_hardware_root_isolating_the_node_with_the_catalog_meaning():
@@ -81,3 +90,18 @@ def test_nccl_debug_lines_name_their_host_when_the_record_does_not():
     )
     [s] = [s for s in signals(line.encode()) if s.rule.startswith("network.")]
     assert s.node == "node-2"
+
+
+def test_a_controller_line_about_a_node_makes_that_node_the_subject_and_names_it_in_the_summary():
+    s = one(slurmctld_line("error: Nodes gpu-0131 not responding, setting DOWN", T0))
+    assert (s.rule, s.node) == ("host.node_not_responding", "gpu-0131")
+    assert s.summary == "slurmctld: gpu-0131 not responding, set DOWN"
+    killed = one(slurmctld_line("Killing JobId=9 on failed node gpu-0131", T0))
+    assert (killed.node, killed.summary) == ("gpu-0131", "job 9 killed: node gpu-0131 failed")
+
+
+def test_several_nodes_not_responding_name_no_single_subject():
+    s = one(slurmctld_line("error: Nodes gpu-[01-03] not responding, setting DOWN", T0))
+    assert s.rule == "host.nodes_not_responding"
+    assert s.attrs["nodes"] == "gpu-[01-03]"
+    assert s.summary == "slurmctld: gpu-[01-03] not responding, set DOWN"
