@@ -105,3 +105,16 @@ def test_several_nodes_not_responding_name_no_single_subject():
     assert s.rule == "host.nodes_not_responding"
     assert s.attrs["nodes"] == "gpu-[01-03]"
     assert s.summary == "slurmctld: gpu-[01-03] not responding, set DOWN"
+
+
+def test_a_sigterm_reaching_the_torchelastic_agent_is_a_stop_from_outside_not_to_be_restarted():
+    line = (
+        b"WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers"
+    )
+    s = one(line)
+    assert (s.rule, s.role, s.restartable) == ("framework.elastic_death_signal", Role.CASCADE, False)
+    teardown = one(
+        b"W0605 12:00:01.000000 140 torch/distributed/elastic/multiprocessing/api.py:897] "
+        b"Sending process 4194 closing signal SIGTERM"
+    )
+    assert teardown.restartable is not False  # the agent tearing its workers down says nothing
