@@ -182,7 +182,7 @@ def _isolate(root: Signal) -> list[str]:
     return [root.node]
 
 
-def _evidence(s: Signal) -> Evidence:
+def evidence_of(s: Signal) -> Evidence:
     return Evidence(
         signal_id=s.signal_id,
         rule=s.rule,
@@ -603,10 +603,10 @@ def attribute(
             )
         )
 
-    evidence = [_evidence(root)]
+    evidence = [evidence_of(root)]
     for tally in window.tallies.values():
-        evidence.extend(_evidence(s) for s in tally.samples[:2])
-    evidence.extend(_evidence(s) for s in window.roots if s.signal_id != root.signal_id)
+        evidence.extend(evidence_of(s) for s in tally.samples[:2])
+    evidence.extend(evidence_of(s) for s in window.roots if s.signal_id != root.signal_id)
     evidence = evidence[:MAX_EVIDENCE]
 
     kinds = {root.source.kind}
@@ -630,7 +630,7 @@ def attribute(
     busy = _busy_rank(window) if waited else None
     if busy is not None:  # nobody hung: one rank's own work outlasted the collective timeout
         root, category, confidence = busy, Category.APPLICATION, 0.6
-        evidence = [_evidence(busy), *evidence][:MAX_EVIDENCE]
+        evidence = [evidence_of(busy), *evidence][:MAX_EVIDENCE]
     culprit = None if busy is not None else _culprit(root, window, topology, place, is_cascade_root, victims)
     restartable = True if root.restartable is None else root.restartable
     return Verdict(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,7 +13,7 @@ from pathlib import Path
 from schemas.incidents import Category
 from schemas.raw import LogLine
 from schemas.signals import Role, Signal
-from streams.correlate.attribution import Verdict, attribute
+from streams.correlate.attribution import Verdict, attribute, evidence_of
 from streams.correlate.correlator import apply_topology, window_from
 from streams.correlate.state import RANK_PLACEMENT_RULE, placements
 from streams.diagnose.reader import MAX_LINE_BYTES, RawLine, ReadReport, read_chunks
@@ -140,6 +142,8 @@ class Diagnoser:
             if sig.role == Role.TOPOLOGY:
                 topology, _ = apply_topology(topology, sig, "diagnose")
         verdict = attribute(window, topology, places.get) if window is not None else None
+        if verdict is not None:
+            verdict = restart_loop(verdict, signals)
         return Diagnosis(verdict=verdict, signals=signals, report=report, rank_hosts=rank_hosts)
 
     @staticmethod
@@ -167,6 +171,38 @@ class Diagnoser:
             if host is not None:
                 return s.model_copy(update={"node": host})
         return s
+
+
+ALLOCATION_RULES = frozenset({"slurm.job_allocated", "slurm.job_started_backfill"})
+HARDWARE = frozenset({Category.HARDWARE_GPU, Category.HARDWARE_NETWORK, Category.HARDWARE_HOST})
+
+
+def restart_loop(verdict: Verdict, signals: list[Signal]) -> Verdict:
+    """A folder holding several attempts of one job: when the same failure ended two or more of them
+    and no checkpoint was saved after the first, restarting has already been tried and did not help
+    (the stream's decide step stops such a job; this is the batch reading of the same history).
+    Hardware roots are left alone: a bad node on each attempt is fixed by excluding it, not by
+    giving up."""
+    if not verdict.restartable or verdict.category in HARDWARE:
+        return verdict
+    starts = sorted({s.event_time for s in signals if s.role == Role.TOPOLOGY and s.rule in ALLOCATION_RULES})
+    if len(starts) < 2:
+        return verdict
+    same = sorted(
+        (s for s in signals if s.rule == verdict.root.rule and s.role == Role.ROOT_CANDIDATE),
+        key=lambda s: s.event_time,
+    )
+    firsts: dict[int, Signal] = {}
+    for s in same:
+        firsts.setdefault(bisect.bisect_right(starts, s.event_time), s)
+    failed = [firsts[a] for a in sorted(firsts) if a > 0]  # failures inside an attempt
+    if len(failed) < 2:
+        return verdict
+    saves = [s.event_time for s in signals if s.role == Role.PROGRESS and "checkpoint_saved" in s.rule]
+    if any(t > failed[0].event_time for t in saves):
+        return verdict  # the restarts made progress
+    earlier = [evidence_of(s) for s in failed if s.signal_id != verdict.root.signal_id]
+    return dataclasses.replace(verdict, restartable=False, evidence=[*earlier, *verdict.evidence])
 
 
 def culprit_text(verdict: Verdict) -> str | None:

@@ -17,7 +17,7 @@ import hostlist
 from schemas.raw import LogLine
 from schemas.signals import AttrValue, Signal, SourceRef
 from streams.extract.rules import Catalog, LookupEntry, Rule, load_catalog
-from streams.extract.timeparse import line_time_and_host
+from streams.extract.timeparse import line_time_and_host, local_clock_time
 
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:|\[(?:PG [^\]]*?)?Rank (\d+)\]")
 # ``srun --label`` puts the task id first ("4: RuntimeError: ..."). It is the rank when srun starts
@@ -121,6 +121,8 @@ class Extractor:
                 fired_groups.add(rule.group)
             if not parsed_prefix:
                 line_time, line_host = line_time_and_host(text, observed)
+                if line_time is None and line.event_time is None:
+                    line_time = local_clock_time(text, observed)
                 parsed_prefix = True
             rank_end = start if rule.rank_scope == "before" else None
             signals.append(self._signal(rule, fields, line, pos, observed, line_time, line_host, rank_end))

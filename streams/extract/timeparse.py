@@ -1,4 +1,4 @@
-"""Timestamps and hosts written inside log lines (slurmctld, syslog, glog/PyTorch)."""
+"""Timestamps and hosts written inside log lines (slurmctld, syslog, dmesg -T, glog/PyTorch)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,29 @@ _SYSLOG = re.compile(
     r"^(?:<\d+>)?(?P<ts>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d) "
     r"(?P<host>[A-Za-z0-9][\w.\-]*) (?P<tag>[\w./\-]+)(?:\[\d+\])?: "
 )
+
+# `dmesg -T` (and journalctl's short-full): "[Fri Nov 13 21:09:18 2026] NVRM: Xid ..."; the year
+# is written, the zone is not (read as UTC like every zoneless time here)
+_DMESG_T = re.compile(
+    r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<ts>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+    r"[ \d]\d \d\d:\d\d:\d\d \d{4})\]"
+)
+# glog, as PyTorch's C++ side and torchrun write it: "E1107 02:44:10.600036839 4711 file.cpp:616] ...",
+# also behind a "[rank3]:" label and in brackets; month and day without a year
+_GLOG = re.compile(
+    r"^(?:\[rank\d+\]:)?\[?[IWEF](?P<month>\d\d)(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d)"
+    r"(?:\.(?P<frac>\d{1,9}))? +(?:\d+ +)?[\w./\-]+:\d+\]"
+)
+
+
+def _nearest_year(naive: datetime, now: datetime) -> datetime:
+    """A time written without its year: the year that puts it nearest to ``now``."""
+    dt = naive.replace(tzinfo=UTC)
+    if (dt - now).days > 180:
+        return dt.replace(year=dt.year - 1)
+    if (now - dt).days > 180:
+        return dt.replace(year=dt.year + 1)
+    return dt
 
 
 def _iso(text: str, tz: str | None) -> datetime | None:
@@ -45,11 +68,34 @@ def line_time_and_host(text: str, now: datetime) -> tuple[datetime | None, str |
             naive = datetime.strptime(f"{now.year} {s.group('ts')}", "%Y %b %d %H:%M:%S")  # noqa: DTZ007
         except ValueError:
             return None, host
-        dt = naive.replace(tzinfo=UTC)
-        if (dt - now).days > 180:
-            dt = dt.replace(year=now.year - 1)
-        return dt, host
+        return _nearest_year(naive, now), host
     return None, None
+
+
+def local_clock_time(text: str, now: datetime) -> datetime | None:
+    """The time of a ``dmesg -T`` or glog prefix: the host's local clock with no zone (read as UTC).
+
+    Only for lines with no better time: a shipper's record time carries its zone, these do not
+    (a host on local time would be hours off), so the extractor asks here last.
+    """
+    if text.startswith("["):
+        d = _DMESG_T.match(text)
+        if d:
+            try:
+                return datetime.strptime(d.group("ts"), "%b %d %H:%M:%S %Y").replace(tzinfo=UTC)
+            except ValueError:
+                return None
+    g = _GLOG.match(text)
+    if g:
+        frac = (g.group("frac") or "0")[:6].ljust(6, "0")
+        try:
+            naive = datetime.strptime(  # noqa: DTZ007 - glog writes no zone: UTC, as above
+                f"{now.year}{g.group('month')}{g.group('day')} {g.group('time')}.{frac}", "%Y%m%d %H:%M:%S.%f"
+            )
+        except ValueError:
+            return None
+        return _nearest_year(naive, now)
+    return None
 
 
 def parse_rfc3339(text: str) -> datetime | None:
