@@ -19,7 +19,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schemas import codec
 from schemas.base import UtcDatetime, utcnow
 from schemas.incidents import Incident
 from schemas.signals import JobNodeAssignment, Role, Signal
@@ -41,6 +40,7 @@ from streams.correlate.state import (
     newer_placement,
     placement_of,
 )
+from streams.correlate.table_cache import TableCache
 from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
 
@@ -48,17 +48,9 @@ log = logging.getLogger("sickbay.correlate")
 TICK_INDEX_REBUILD_S = 60.0
 LONE_ROLES = frozenset({Role.HINT, Role.CONFIRMATION})  # roles that never open a window on their own
 MAX_PENDING_PER_NODE = 256
-MAX_CACHED_PLACES = 200_000  # a few hundred jobs' ranks; emptied when full
-MAX_CACHED_WINDOWS = 1_024  # parsed windows (tens of KB each as objects); the oldest goes first
+MAX_CACHED_PLACES = 200_000  # a few hundred jobs' ranks
+MAX_CACHED_WINDOWS = 1_024  # parsed windows (tens of KB each as objects)
 MAX_CACHED_STATES = 20_000  # parsed topologies and node states (small)
-
-
-def _remember(cache: dict[str, Any], key: str, value: Any, bound: int) -> None:
-    """Write-through cache entry; when full, the oldest entry goes (dicts keep insertion order)."""
-    cache.pop(key, None)
-    if len(cache) >= bound:
-        cache.pop(next(iter(cache)))
-    cache[key] = value
 
 
 class NodeJob(BaseModel):
@@ -105,10 +97,6 @@ def apply_assignment(state: NodeState, a: JobNodeAssignment, lateness: timedelta
     return state.model_copy(update={"jobs": jobs})
 
 
-def _dump(model: BaseModel) -> Any:
-    return codec.loads(codec.dumps(model))
-
-
 class CorrelateStage:
     """The route and correlate steps over their tables; one method per kind of event."""
 
@@ -129,16 +117,13 @@ class CorrelateStage:
         # one small entry per "job|rank": a 4,000-rank job's placement is never one value rewritten
         # to the changelog per rank, and attribution looks up only the root's rank
         self.rank_places = app.Table(TABLE_RANK_PLACES, default=None, partitions=settings.partitions)
-        # Attribution asks for the same few ranks on every signal and tick of a window (the root's
-        # rank, its block, the silent ranks): a write-through cache of validated placements, misses
-        # included, spares a store read and a validation each time. This stage is the table's only
-        # writer; a rebalance (tables recovered from changelogs) empties it.
-        self._places: dict[str, RankPlace | None] = {}
-        # The same for the job's window, topology and the node's state: validating a window of
-        # tens of KB from its stored dict on every signal was the correlate step's largest cost.
-        self._windows: dict[str, IncidentWindow | None] = {}
-        self._topologies: dict[str, JobTopology | None] = {}
-        self._node_states: dict[str, NodeState | None] = {}
+        # Parsed copies of what this stage (each table's only writer) last read or wrote
+        # (table_cache.py). Attribution asks for the same few ranks on every signal and tick of a
+        # window (the root's rank, its block, the silent ranks); a window is re-read per signal.
+        self.places = TableCache(self.rank_places, RankPlace, MAX_CACHED_PLACES)
+        self.parsed_windows = TableCache(self.windows, IncidentWindow, MAX_CACHED_WINDOWS)
+        self.topologies = TableCache(self.job_topology, JobTopology, MAX_CACHED_STATES)
+        self.node_states = TableCache(self.node_jobs, NodeState, MAX_CACHED_STATES)
         # job -> the latest context hint per rank from before its incident (lookback.py)
         self.lookback = app.Table(TABLE_JOB_LOOKBACK, default=None, partitions=settings.partitions)
         app.on_partitions_revoked.connect(self.forget_caches)
@@ -166,7 +151,7 @@ class CorrelateStage:
         node = key_str(event.key) or "_unknown"
         value = event.value
         if isinstance(value, dict) and value.get("tick"):
-            current = self._node_state(node)
+            current = self.node_states.get(node)
             if current is not None:
                 self._keep_node_state(node, await self.release_unclaimed(node, current, utcnow()))
             return
@@ -178,7 +163,7 @@ class CorrelateStage:
         except ValidationError as exc:
             await self.dead_letter("route", event, node, exc)
             return
-        state = self._node_state(node) or NodeState()
+        state = self.node_states.get(node) or NodeState()
         if isinstance(item, JobNodeAssignment):
             new = await self.on_assignment(state, item)
         else:
@@ -186,17 +171,8 @@ class CorrelateStage:
         if new is not state:  # a fact forwarded at once leaves the node's state as it was
             self._keep_node_state(node, new)
 
-    def _node_state(self, node: str) -> NodeState | None:
-        if node in self._node_states:
-            return self._node_states[node]
-        raw = self.node_jobs.get(node)
-        state = NodeState.model_validate(raw) if raw else None
-        _remember(self._node_states, node, state, MAX_CACHED_STATES)
-        return state
-
     def _keep_node_state(self, node: str, state: NodeState) -> None:
-        self.node_jobs[node] = _dump(state)
-        _remember(self._node_states, node, state, MAX_CACHED_STATES)
+        self.node_states.put(node, state)
         if state.pending:
             self._pending_nodes.add(node)
         else:
@@ -280,10 +256,10 @@ class CorrelateStage:
             if signal.rule == RANK_PLACEMENT_RULE:
                 self.record_place(job_id, signal)
                 return
-        window = self._window(job_id)
+        window = self.parsed_windows.get(job_id)
         if not is_tick and self.settled_without_state(job_id, signal, window):
             return
-        topo = self._topology(job_id)
+        topo = self.topologies.get(job_id)
         if is_tick:
             if window is not None:
                 await self.on_tick(job_id, window, topo, now)
@@ -326,74 +302,44 @@ class CorrelateStage:
 
     async def forget_caches(self, *_: Any, **__: Any) -> None:
         """Partitions moved: parsed copies may be stale, the tables are the truth again."""
-        for cache in (self._places, self._windows, self._topologies, self._node_states):
+        for cache in (self.places, self.parsed_windows, self.topologies, self.node_states):
             cache.clear()
         self._tickable_built = None
         self._pending_built = None
 
-    def _window(self, job_id: str) -> IncidentWindow | None:
-        if job_id in self._windows:
-            return self._windows[job_id]
-        raw = self.windows.get(job_id)
-        window = IncidentWindow.model_validate(raw) if raw else None
-        _remember(self._windows, job_id, window, MAX_CACHED_WINDOWS)
-        return window
-
     def _keep_window(self, job_id: str, window: IncidentWindow) -> None:
-        self.windows[job_id] = _dump(window)
-        _remember(self._windows, job_id, window, MAX_CACHED_WINDOWS)
+        self.parsed_windows.put(job_id, window)
         self._tickable[job_id] = (window.closed, window.last_signal_at)
 
     def _drop_window(self, job_id: str) -> None:
-        self.windows.pop(job_id, None)
-        _remember(self._windows, job_id, None, MAX_CACHED_WINDOWS)
+        self.parsed_windows.drop(job_id)
         self._tickable.pop(job_id, None)
-
-    def _topology(self, job_id: str) -> JobTopology | None:
-        if job_id in self._topologies:
-            return self._topologies[job_id]
-        raw = self.job_topology.get(job_id)
-        topo = JobTopology.model_validate(raw) if raw else None
-        _remember(self._topologies, job_id, topo, MAX_CACHED_STATES)
-        return topo
-
-    def _place(self, key: str) -> RankPlace | None:
-        if key in self._places:
-            return self._places[key]
-        raw = self.rank_places.get(key)
-        place = RankPlace.model_validate(raw) if raw else None
-        if len(self._places) >= MAX_CACHED_PLACES:
-            self._places.clear()
-        self._places[key] = place
-        return place
 
     def record_place(self, job_id: str, signal: Signal) -> None:
         new = placement_of(signal)
         if new is None:
             return
         key = f"{job_id}|{signal.rank}"
-        old = self._place(key)
+        old = self.places.get(key)
         if old != new and newer_placement(old, new):
-            self.rank_places[key] = _dump(new)
-            self._places[key] = new
+            self.places.put(key, new)
 
     def drop_job_state(self, job_id: str) -> None:
         """Forget a finished job's look-back and placements: rank 0 is in every world communicator and
         says its size."""
         if self.lookback.get(job_id) is not None:
             self.lookback.pop(job_id, None)
-        raw = self.rank_places.get(f"{job_id}|0")
-        if not raw:
+        world = self.places.get(f"{job_id}|0")
+        if world is None:
             return
-        for rank in range(RankPlace.model_validate(raw).nranks):
+        for rank in range(world.nranks):
             key = f"{job_id}|{rank}"
-            self._places.pop(key, None)
-            if self.rank_places.get(key) is not None:
-                self.rank_places.pop(key, None)
+            if self.places.get(key) is not None:
+                self.places.drop(key)
 
     def place_of(self, job_id: str) -> PlaceOf:
         def place(rank: int) -> RankPlace | None:
-            return self._place(f"{job_id}|{rank}")
+            return self.places.get(f"{job_id}|{rank}")
 
         return place
 
@@ -406,8 +352,7 @@ class CorrelateStage:
         now: datetime,
     ) -> None:
         new_topo, assignments = apply_topology(topo, signal, self.cluster)
-        self.job_topology[job_id] = _dump(new_topo)
-        _remember(self._topologies, job_id, new_topo, MAX_CACHED_STATES)
+        self.topologies.put(job_id, new_topo)
         just_ended = new_topo.ended_at is not None and (topo is None or topo.ended_at is None)
         if just_ended and (window is None or window.closed):
             self.drop_job_state(job_id)  # no incident left to attribute (else: when its window goes)

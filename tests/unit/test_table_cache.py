@@ -1,0 +1,49 @@
+"""The correlate stage's parsed copies of its tables (streams/correlate/table_cache.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streams.correlate.state import JobTopology
+from streams.correlate.table_cache import TableCache
+
+
+class CountingTable(dict[str, Any]):
+    """A dict standing in for a Faust table, counting reads."""
+
+    reads = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.reads += 1
+        return super().get(key, default)
+
+
+def test_a_write_goes_to_the_table_as_plain_json_and_later_reads_skip_the_table():
+    table = CountingTable()
+    cache = TableCache(table, JobTopology, bound=8)
+    cache.put("j1", JobTopology(job_id="j1", attempt=2, nodes=["gpu-1"]))
+    assert table["j1"]["attempt"] == 2 and isinstance(table["j1"], dict)
+    assert cache.get("j1") == JobTopology(job_id="j1", attempt=2, nodes=["gpu-1"])
+    assert table.reads == 0
+
+
+def test_a_miss_is_remembered_too_and_a_drop_removes_the_tables_entry():
+    table = CountingTable({"j2": {"job_id": "j2", "attempt": 1}})
+    cache = TableCache(table, JobTopology, bound=8)
+    assert cache.get("nope") is None and cache.get("nope") is None
+    assert table.reads == 1
+    assert cache.get("j2") is not None
+    cache.drop("j2")
+    assert "j2" not in table and cache.get("j2") is None
+
+
+def test_the_oldest_entry_goes_when_full_and_clear_rereads_the_table():
+    table = CountingTable({f"j{i}": {"job_id": f"j{i}"} for i in range(3)})
+    cache = TableCache(table, JobTopology, bound=2)
+    for key in ("j0", "j1", "j2"):
+        cache.get(key)
+    assert list(cache.parsed) == ["j1", "j2"]
+    table["j2"] = {"job_id": "j2", "attempt": 5}  # a recovery refilled the table behind our back
+    cache.clear()
+    topo = cache.get("j2")
+    assert topo is not None and topo.attempt == 5
