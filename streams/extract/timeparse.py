@@ -18,9 +18,10 @@ _DMESG_T = re.compile(
     r"[ \d]\d \d\d:\d\d:\d\d \d{4})\]"
 )
 # glog, as PyTorch's C++ side and torchrun write it: "E1107 02:44:10.600036839 4711 file.cpp:616] ...",
-# also behind a "[rank3]:" label and in brackets; month and day without a year
+# also behind a "[rank3]:" label and in brackets; month and day without a year, and PyTorch's c10
+# logger leaves a one-digit month unpadded ("[E704 13:48:58.120 ...]" is 4 July)
 _GLOG = re.compile(
-    r"^(?:\[rank\d+\]:)?\[?[IWEF](?P<month>\d\d)(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d)"
+    r"^(?:\[rank\d+\]:)?\[?[IWEF](?P<month>\d{1,2})(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d)"
     r"(?:\.(?P<frac>\d{1,9}))? +(?:\d+ +)?[\w./\-]+:\d+\]"
 )
 
@@ -90,7 +91,8 @@ def local_clock_time(text: str, now: datetime) -> datetime | None:
         frac = (g.group("frac") or "0")[:6].ljust(6, "0")
         try:
             naive = datetime.strptime(  # noqa: DTZ007 - glog writes no zone: UTC, as above
-                f"{now.year}{g.group('month')}{g.group('day')} {g.group('time')}.{frac}", "%Y%m%d %H:%M:%S.%f"
+                f"{now.year}{g.group('month').zfill(2)}{g.group('day')} {g.group('time')}.{frac}",
+                "%Y%m%d %H:%M:%S.%f",
             )
         except ValueError:
             return None

@@ -48,3 +48,9 @@ def test_a_shippers_record_time_beats_a_zoneless_local_clock_prefix():
     (file_only,) = Extractor().extract(LogLine(text=text, adapter="plain", host="gpu-1"), NOW)
     assert with_record.event_time == shipped
     assert file_only.event_time == datetime(2026, 11, 13, 21, 9, 18, tzinfo=UTC)
+
+
+def test_pytorchs_unpadded_one_digit_month_is_read():
+    assert local_clock_time(
+        "[rank0]:[E704 13:48:58.120469 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog", NOW
+    ) == (datetime(2026, 7, 4, 13, 48, 58, 120469, tzinfo=UTC))
