@@ -111,12 +111,20 @@ class CorrelateStage:
             quiet_s=settings.incident_quiet_s,
             refine_interval_s=settings.refine_interval_s,
         )
-        self.node_jobs = app.Table(TABLE_NODE_JOBS, default=None, partitions=settings.partitions)
-        self.job_topology = app.Table(TABLE_JOB_TOPOLOGY, default=None, partitions=settings.partitions)
-        self.windows = app.Table(TABLE_INCIDENT_WINDOWS, default=None, partitions=settings.partitions)
+        self.node_jobs = app.Table(
+            TABLE_NODE_JOBS, default=None, partitions=settings.partitions, value_type=bytes
+        )
+        self.job_topology = app.Table(
+            TABLE_JOB_TOPOLOGY, default=None, partitions=settings.partitions, value_type=bytes
+        )
+        self.windows = app.Table(
+            TABLE_INCIDENT_WINDOWS, default=None, partitions=settings.partitions, value_type=bytes
+        )
         # one small entry per "job|rank": a 4,000-rank job's placement is never one value rewritten
         # to the changelog per rank, and attribution looks up only the root's rank
-        self.rank_places = app.Table(TABLE_RANK_PLACES, default=None, partitions=settings.partitions)
+        self.rank_places = app.Table(
+            TABLE_RANK_PLACES, default=None, partitions=settings.partitions, value_type=bytes
+        )
         # Parsed copies of what this stage (each table's only writer) last read or wrote
         # (table_cache.py). Attribution asks for the same few ranks on every signal and tick of a
         # window (the root's rank, its block, the silent ranks); a window is re-read per signal.
@@ -384,21 +392,15 @@ class CorrelateStage:
         now = utcnow()
         if self._pending_built is None or time.monotonic() - self._pending_built > TICK_INDEX_REBUILD_S:
             self._pending_nodes = {
-                key_str(node) or "_unknown"
-                for node, raw in list(self.node_jobs.items())
-                if raw and raw.get("pending")
+                node for node, raw in self.node_states.stored_items() if raw.get("pending")
             }
             self._pending_built = time.monotonic()
         for node in list(self._pending_nodes):
             await self.t.ticks_node.send(key=node.encode(), value={"tick": True, "at": now})
         if self._tickable_built is None or time.monotonic() - self._tickable_built > TICK_INDEX_REBUILD_S:
             self._tickable = {
-                key_str(job_id) or "?": (
-                    bool(raw.get("closed")),
-                    IncidentWindow.model_validate(raw).last_signal_at,
-                )
-                for job_id, raw in list(self.windows.items())
-                if raw
+                job_id: (bool(raw.get("closed")), IncidentWindow.model_validate(raw).last_signal_at)
+                for job_id, raw in self.parsed_windows.stored_items()
             }
             self._tickable_built = time.monotonic()
         for job_id, (closed, last_signal_at) in list(self._tickable.items()):

@@ -1,10 +1,12 @@
 """Parsed copies of a Faust table's values, for the one stage that writes the table.
 
-A table holds plain dicts (what its changelog carries); the stage works on pydantic models.
-Validating a job's incident window (tens of KB) from its dict on every signal was the correlate
-step's largest cost, so the writer keeps the models it last read or wrote: write-through, bounded
-(the oldest entry goes first), misses included. A rebalance must ``clear()`` it: a recovery then
-refills the table behind the writer's back.
+The table holds each value as its JSON bytes (``value_type=bytes``: the raw codec), which is what
+its changelog carries; the stage works on pydantic models. Validating a job's incident window
+(tens of KB) on every signal was the correlate step's largest cost, so the writer keeps the models
+it last read or wrote: write-through, bounded (the oldest entry goes first), misses included. A
+write serializes once: a table of dicts cost a dump and a load here, then a dump for the changelog
+and another for the store. A rebalance must ``clear()`` the cache: a recovery then refills the
+table behind the writer's back.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ def remember(cache: dict[str, Any], key: str, value: Any, bound: int) -> None:
     cache[key] = value
 
 
-def as_table_value(model: BaseModel) -> Any:
-    """The plain JSON value a table stores for a model (what its changelog carries)."""
-    return codec.loads(codec.dumps(model))
+def stored(raw: Any) -> Any:
+    """A value as the table holds it, decoded to plain JSON (bytes; dicts in older tests' stores)."""
+    if isinstance(raw, bytes | bytearray | memoryview):
+        return codec.loads(raw)
+    return raw
 
 
 class TableCache(Generic[M]):
@@ -42,12 +46,12 @@ class TableCache(Generic[M]):
         if key in self.parsed:
             return self.parsed[key]
         raw = self.table.get(key)
-        value = self.model.model_validate(raw) if raw else None
+        value = self.model.model_validate(stored(raw)) if raw else None
         remember(self.parsed, key, value, self.bound)
         return value
 
     def put(self, key: str, value: M) -> None:
-        self.table[key] = as_table_value(value)
+        self.table[key] = codec.dumps(value)
         remember(self.parsed, key, value, self.bound)
 
     def drop(self, key: str) -> None:
@@ -56,3 +60,11 @@ class TableCache(Generic[M]):
 
     def clear(self) -> None:
         self.parsed.clear()
+
+    def stored_items(self) -> list[tuple[str, Any]]:
+        """Every (key, plain JSON value) in the table's active partitions, read from the store."""
+        return [(_key(k), stored(raw)) for k, raw in list(self.table.items()) if raw]
+
+
+def _key(key: Any) -> str:
+    return key.decode("utf-8", errors="replace") if isinstance(key, bytes | bytearray) else str(key)

@@ -328,8 +328,8 @@ async def test_the_refine_timer_ticks_open_windows_from_its_index_and_rebuilds_i
     await stage.send_ticks()
     assert [k for k, _ in pipe.sent["ticks_job"]] == [b"42"]
     # a window that arrived behind the index's back (a changelog recovery) is found once it is rebuilt
-    window = pipe.tables["windows"]["42"]
-    pipe.tables["windows"].data["43"] = {**window, "job_id": "43"}  # the store, as a recovery writes it
+    window = codec.loads(pipe.tables["windows"]["42"])  # tables hold JSON bytes
+    pipe.tables["windows"].data["43"] = codec.dumps({**window, "job_id": "43"})  # as a recovery writes it
     await stage.send_ticks()
     assert [k for k, _ in pipe.sent["ticks_job"]] == [b"42", b"42"]
     await stage.forget_caches()  # what a rebalance calls

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from schemas import codec
 from streams.correlate.state import JobTopology
 from streams.correlate.table_cache import TableCache
 
@@ -18,17 +19,17 @@ class CountingTable(dict[str, Any]):
         return super().get(key, default)
 
 
-def test_a_write_goes_to_the_table_as_plain_json_and_later_reads_skip_the_table():
+def test_a_write_goes_to_the_table_as_json_bytes_and_later_reads_skip_the_table():
     table = CountingTable()
     cache = TableCache(table, JobTopology, bound=8)
     cache.put("j1", JobTopology(job_id="j1", attempt=2, nodes=["gpu-1"]))
-    assert table["j1"]["attempt"] == 2 and isinstance(table["j1"], dict)
+    assert isinstance(table["j1"], bytes) and codec.loads(table["j1"])["attempt"] == 2
     assert cache.get("j1") == JobTopology(job_id="j1", attempt=2, nodes=["gpu-1"])
     assert table.reads == 0
 
 
 def test_a_miss_is_remembered_too_and_a_drop_removes_the_tables_entry():
-    table = CountingTable({"j2": {"job_id": "j2", "attempt": 1}})
+    table = CountingTable({"j2": codec.dumps({"job_id": "j2", "attempt": 1})})
     cache = TableCache(table, JobTopology, bound=8)
     assert cache.get("nope") is None and cache.get("nope") is None
     assert table.reads == 1
@@ -38,12 +39,18 @@ def test_a_miss_is_remembered_too_and_a_drop_removes_the_tables_entry():
 
 
 def test_the_oldest_entry_goes_when_full_and_clear_rereads_the_table():
-    table = CountingTable({f"j{i}": {"job_id": f"j{i}"} for i in range(3)})
+    table = CountingTable({f"j{i}": codec.dumps({"job_id": f"j{i}"}) for i in range(3)})
     cache = TableCache(table, JobTopology, bound=2)
     for key in ("j0", "j1", "j2"):
         cache.get(key)
     assert list(cache.parsed) == ["j1", "j2"]
-    table["j2"] = {"job_id": "j2", "attempt": 5}  # a recovery refilled the table behind our back
+    table["j2"] = codec.dumps({"job_id": "j2", "attempt": 5})  # a recovery refilled it behind our back
     cache.clear()
     topo = cache.get("j2")
     assert topo is not None and topo.attempt == 5
+
+
+def test_stored_items_decode_every_value_of_the_table():
+    table = CountingTable({b"j1": codec.dumps({"job_id": "j1", "closed": True}), "j2": b""})
+    cache = TableCache(table, JobTopology, bound=8)
+    assert cache.stored_items() == [("j1", {"job_id": "j1", "closed": True})]
