@@ -97,6 +97,11 @@ def apply_assignment(state: NodeState, a: JobNodeAssignment, lateness: timedelta
     return state.model_copy(update={"jobs": jobs})
 
 
+def _stale(built: float | None) -> bool:
+    """A timer index never built, emptied by a rebalance, or older than its rebuild period."""
+    return built is None or time.monotonic() - built > TICK_INDEX_REBUILD_S
+
+
 class CorrelateStage:
     """The route and correlate steps over their tables; one method per kind of event."""
 
@@ -390,14 +395,14 @@ class CorrelateStage:
         """Timer body: it may not change tables, so it asks the streams to tick each live window
         and each node holding unclaimed facts."""
         now = utcnow()
-        if self._pending_built is None or time.monotonic() - self._pending_built > TICK_INDEX_REBUILD_S:
+        if _stale(self._pending_built):
             self._pending_nodes = {
                 node for node, raw in self.node_states.stored_items() if raw.get("pending")
             }
             self._pending_built = time.monotonic()
         for node in list(self._pending_nodes):
             await self.t.ticks_node.send(key=node.encode(), value={"tick": True, "at": now})
-        if self._tickable_built is None or time.monotonic() - self._tickable_built > TICK_INDEX_REBUILD_S:
+        if _stale(self._tickable_built):
             self._tickable = {
                 job_id: (bool(raw.get("closed")), IncidentWindow.model_validate(raw).last_signal_at)
                 for job_id, raw in self.parsed_windows.stored_items()

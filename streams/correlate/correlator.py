@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from schemas.incidents import Incident, IncidentStatus
 from schemas.signals import JobNodeAssignment, Role, Signal
 from streams.correlate.attribution import PlaceOf, Verdict, attribute, root_cause
+from streams.correlate.progress import JOB_STARTING_RULES
 from streams.correlate.state import SAMPLES_PER_RULE, IncidentWindow, JobTopology, RuleTally
 
 OPENING_ROLES = {Role.ROOT_CANDIDATE, Role.CASCADE}
@@ -65,7 +66,7 @@ def apply_topology(
             for n in t.nodes
         )
 
-    if signal.rule in ("slurm.job_allocated", "slurm.job_started_backfill"):
+    if signal.rule in JOB_STARTING_RULES:
         nodes = signal.attrs.get("nodes")
         node_list = [str(n) for n in nodes] if isinstance(nodes, list) else []
         if topo.started_at is not None and signal.event_time <= topo.started_at:

@@ -53,6 +53,13 @@ NCCL_TIMEOUT_RULES = (
 )
 JOB_ENDING_RULES = ("slurm.job_complete", "slurm.job_requeued")
 JOB_STARTING_RULES = ("slurm.job_allocated", "slurm.job_started_backfill")
+
+
+def is_checkpoint_save(signal: Signal) -> bool:
+    """A completed checkpoint save (Megatron, HF, Lightning, DeepSpeed, aidot)."""
+    return signal.role == Role.PROGRESS and "checkpoint_saved" in signal.rule
+
+
 # the framework says training is over (rules in progress_frameworks.toml)
 FINISHED_RULES = (
     "progress.lightning_fit_stopped",

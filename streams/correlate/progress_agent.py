@@ -117,7 +117,7 @@ class ProgressStage:
         except ValidationError as exc:
             await dead_letter_event(self.t.dlq, "progress", event, job_id, exc)
             return
-        if signal.role == Role.PROGRESS and "checkpoint_saved" in signal.rule:
+        if progress.is_checkpoint_save(signal):
             # The decide step counts failures since the last checkpoint: tell it one was written.
             info = JobInfo(job_id=job_id, last_checkpoint_at=signal.event_time, time=utcnow())
             await self.t.topology_jobs.send(key=job_id.encode(), value=info)

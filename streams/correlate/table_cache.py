@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from schemas import codec
+from streams.pipeline import key_str
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -26,13 +27,6 @@ def remember(cache: dict[str, Any], key: str, value: Any, bound: int) -> None:
     if len(cache) >= bound:
         cache.pop(next(iter(cache)))
     cache[key] = value
-
-
-def stored(raw: Any) -> Any:
-    """A value as the table holds it, decoded to plain JSON (bytes; dicts in older tests' stores)."""
-    if isinstance(raw, bytes | bytearray | memoryview):
-        return codec.loads(raw)
-    return raw
 
 
 class TableCache(Generic[M]):
@@ -46,7 +40,7 @@ class TableCache(Generic[M]):
         if key in self.parsed:
             return self.parsed[key]
         raw = self.table.get(key)
-        value = self.model.model_validate(stored(raw)) if raw else None
+        value = self.model.model_validate(codec.loads(raw)) if raw else None
         remember(self.parsed, key, value, self.bound)
         return value
 
@@ -63,8 +57,4 @@ class TableCache(Generic[M]):
 
     def stored_items(self) -> list[tuple[str, Any]]:
         """Every (key, plain JSON value) in the table's active partitions, read from the store."""
-        return [(_key(k), stored(raw)) for k, raw in list(self.table.items()) if raw]
-
-
-def _key(key: Any) -> str:
-    return key.decode("utf-8", errors="replace") if isinstance(key, bytes | bytearray) else str(key)
+        return [(key_str(k) or "", codec.loads(raw)) for k, raw in list(self.table.items()) if raw]

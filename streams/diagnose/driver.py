@@ -15,6 +15,7 @@ from schemas.raw import LogLine
 from schemas.signals import Role, Signal
 from streams.correlate.attribution import Verdict, attribute, evidence_of
 from streams.correlate.correlator import apply_topology, window_from
+from streams.correlate.progress import JOB_STARTING_RULES, is_checkpoint_save
 from streams.correlate.state import RANK_PLACEMENT_RULE, placements
 from streams.diagnose.reader import MAX_LINE_BYTES, RawLine, ReadReport, read_chunks
 from streams.extract.extractor import Extractor, Position
@@ -173,7 +174,6 @@ class Diagnoser:
         return s
 
 
-ALLOCATION_RULES = frozenset({"slurm.job_allocated", "slurm.job_started_backfill"})
 HARDWARE = frozenset({Category.HARDWARE_GPU, Category.HARDWARE_NETWORK, Category.HARDWARE_HOST})
 
 
@@ -185,7 +185,9 @@ def restart_loop(verdict: Verdict, signals: list[Signal]) -> Verdict:
     giving up."""
     if not verdict.restartable or verdict.category in HARDWARE:
         return verdict
-    starts = sorted({s.event_time for s in signals if s.role == Role.TOPOLOGY and s.rule in ALLOCATION_RULES})
+    starts = sorted(
+        {s.event_time for s in signals if s.role == Role.TOPOLOGY and s.rule in JOB_STARTING_RULES}
+    )
     if len(starts) < 2:
         return verdict
     same = sorted(
@@ -198,7 +200,7 @@ def restart_loop(verdict: Verdict, signals: list[Signal]) -> Verdict:
     failed = [firsts[a] for a in sorted(firsts) if a > 0]  # failures inside an attempt
     if len(failed) < 2:
         return verdict
-    saves = [s.event_time for s in signals if s.role == Role.PROGRESS and "checkpoint_saved" in s.rule]
+    saves = [s.event_time for s in signals if is_checkpoint_save(s)]
     if any(t > failed[0].event_time for t in saves):
         return verdict  # the restarts made progress
     earlier = [evidence_of(s) for s in failed if s.signal_id != verdict.root.signal_id]
