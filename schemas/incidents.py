@@ -104,3 +104,11 @@ class Incident(Contract):
     updated_at: UtcDatetime
     first_signal_time: UtcDatetime
     kind: IncidentKind = IncidentKind.FAILURE
+    provisional: bool = Field(
+        default=False,
+        description=(
+            "a verdict made of cascade lines only (NCCL watchdog timeouts, peers closing), published "
+            "while the root grace still runs: a kernel log or another shipper may yet bring the root; "
+            "the decide step acts only on a revision that is not provisional"
+        ),
+    )

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -91,6 +91,21 @@ class Settings(BaseSettings):
         default=120.0, gt=0, description="close an incident after this much quiet"
     )
     refine_interval_s: float = Field(default=1.0, gt=0, description="coalesce refined revisions")
+    provisional_after_s: float | None = Field(
+        default=0.5,
+        ge=0,
+        description=(
+            "publish a cascade-only verdict as provisional once its window is this old, inside the root "
+            "grace (the decide step waits for the final revision); off: say nothing until the grace ends"
+        ),
+    )
+
+    @field_validator("provisional_after_s", mode="before")
+    @classmethod
+    def _off_is_unset(cls, value: object) -> object:
+        """``SICKBAY_PROVISIONAL_AFTER_S=off`` (or empty) turns provisional verdicts off."""
+        return None if isinstance(value, str) and value.strip().lower() in ("", "off", "none") else value
+
     unclaimed_grace_s: float = Field(
         default=30.0, ge=0, description="a node fact no job claims within this long becomes a node incident"
     )

@@ -115,6 +115,7 @@ class CorrelateStage:
             root_grace_s=settings.root_grace_s,
             quiet_s=settings.incident_quiet_s,
             refine_interval_s=settings.refine_interval_s,
+            provisional_after_s=settings.provisional_after_s,
         )
         self.node_jobs = app.Table(
             TABLE_NODE_JOBS, default=None, partitions=settings.partitions, value_type=bytes

@@ -6,7 +6,10 @@ persist what comes back. Timing rules:
 - a decisive root emits revision 1 at once (the *fast* incident);
 - a non-decisive root candidate also emits at once, with lower confidence;
 - a window holding only cascades waits ``root_grace_s`` for a root, then emits
-  with category ``unknown``;
+  with category ``unknown``; with ``provisional_after_s`` set it publishes that verdict
+  as *provisional* once the window is that old (the burst of ranks' timeouts is in, so
+  the silent rank can be named) and again whenever it changes, and the revision at the
+  end of the grace (or at the first root) is the final one the decide step acts on;
 - a change of root, culprit, category or isolation emits a revision at once;
   other new evidence is coalesced and emitted on the next tick;
 - a window closes (final revision, status ``closed``) after ``quiet_s`` without
@@ -37,6 +40,7 @@ class Timing:
     root_grace_s: float = 20.0
     quiet_s: float = 120.0
     refine_interval_s: float = 1.0
+    provisional_after_s: float | None = None  # None: a cascade-only window says nothing until the grace ends
 
 
 def incident_id(cluster: str, job_id: str, attempt: int, opening_signal_id: str) -> str:
@@ -287,7 +291,12 @@ def window_from(signals: list[Signal], cluster: str, job_id: str, now: datetime)
 
 
 def _incident(
-    window: IncidentWindow, topo: JobTopology | None, verdict: Verdict, now: datetime, status: IncidentStatus
+    window: IncidentWindow,
+    topo: JobTopology | None,
+    verdict: Verdict,
+    now: datetime,
+    status: IncidentStatus,
+    provisional: bool,
 ) -> Incident:
     return Incident(
         incident_id=incident_id(window.cluster, window.job_id, window.attempt, window.opening_signal_id),
@@ -309,23 +318,48 @@ def _incident(
         opened_at=window.opened_at,
         updated_at=now,
         first_signal_time=window.first_signal_time,
+        provisional=provisional,
     )
 
 
 def _emit(
-    window: IncidentWindow, topo: JobTopology | None, verdict: Verdict, now: datetime, closed: bool = False
+    window: IncidentWindow,
+    topo: JobTopology | None,
+    verdict: Verdict,
+    now: datetime,
+    closed: bool = False,
+    provisional: bool = False,
 ) -> tuple[IncidentWindow, Incident]:
     status = IncidentStatus.CLOSED if closed else IncidentStatus.OPEN
-    incident = _incident(window, topo, verdict, now, status)
+    incident = _incident(window, topo, verdict, now, status, provisional)
     window = window.model_copy(
         update={
             "revision": incident.revision,
             "fingerprint": verdict.fingerprint(),
             "dirty": False,
             "closed": closed,
+            "provisional": provisional,
         }
     )
     return window, incident
+
+
+def _in_grace(window: IncidentWindow) -> bool:
+    """Only cascades so far and no final verdict yet: the root may still be on its way."""
+    return not window.roots and (window.revision == 0 or window.provisional)
+
+
+def _provisional(
+    window: IncidentWindow, topo: JobTopology | None, verdict: Verdict, now: datetime, timing: Timing
+) -> tuple[IncidentWindow, Incident | None]:
+    """Inside the root grace: publish the cascade-only verdict once the window is old enough, and again
+    when what actions would depend on changes (the silent rank named once every timeout is in)."""
+    after = timing.provisional_after_s
+    if after is None or now - window.opened_at < timedelta(seconds=after):
+        return window, None
+    if window.revision == 0 or verdict.fingerprint() != window.fingerprint:
+        return _emit(window, topo, verdict, now, provisional=True)
+    return window, None
 
 
 def failed(topo: JobTopology | None) -> bool:
@@ -346,13 +380,12 @@ def decide_now(
     verdict = attribute(window, topo, place)
     if verdict is None:
         return window, None
-    waiting_for_root = not window.roots and window.revision == 0
-    if waiting_for_root:
-        return window, None  # a cascade alone waits root_grace_s (see tick)
+    if _in_grace(window):
+        return _provisional(window, topo, verdict, now, timing)  # the final verdict waits (see tick)
     if window.revision == 0 and verdict.uncorroborated and not failed(topo):
         return window, None  # a lone application-class Xid waits for the job to fail (see tick)
-    if window.revision == 0 or verdict.fingerprint() != window.fingerprint:
-        return _emit(window, topo, verdict, now)
+    if window.revision == 0 or window.provisional or verdict.fingerprint() != window.fingerprint:
+        return _emit(window, topo, verdict, now)  # a root ends a provisional verdict at once
     return window, None
 
 
@@ -379,11 +412,11 @@ def tick(
         # nothing failed: close quietly when the window goes quiet (a job that ends cleanly too)
         closing = quiet or job_over
         return (window.model_copy(update={"closed": True}), None) if closing else (window, None)
-    if window.revision == 0:
+    if window.revision == 0 or window.provisional:
         grace_over = (now - window.opened_at) >= timedelta(seconds=timing.root_grace_s)
         if window.roots or grace_over or quiet or job_over:
             return _emit(window, topo, verdict, now, closed=quiet or job_over)
-        return window, None
+        return _provisional(window, topo, verdict, now, timing)
     if quiet or job_over:
         return _emit(window, topo, verdict, now, closed=True)
     if window.dirty or verdict.fingerprint() != window.fingerprint:

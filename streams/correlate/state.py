@@ -157,3 +157,4 @@ class IncidentWindow(BaseModel):
     fingerprint: str | None = None  # what decides actions in the last emitted revision
     dirty: bool = False
     closed: bool = False
+    provisional: bool = False  # the last emitted revision was a cascade-only verdict inside the grace

@@ -218,6 +218,12 @@ def plan(
             notes=[f"stale: incident evidence is older than {policy.max_incident_age_s:.0f}s; not acting"],
         )
 
+    if incident.provisional:
+        return Plan(
+            rule="provisional",
+            notes=["holding: a cascade-only verdict inside the root grace; acting on the final revision"],
+        )
+
     info = record.info
     scheduler = _scheduler(info)
     dry_run = mode != Mode.ACT

@@ -268,6 +268,39 @@ async def test_a_bar_printed_before_the_others_timed_out_joins_the_incident_they
     assert incident.root_cause.rule == "progress.rank_local_work_bar"
 
 
+async def test_a_cascade_only_incident_is_shown_provisional_at_once_and_acted_on_when_final(pipe: Pipeline):
+    stage = pipe.agents["stage"]
+    stage.timing = replace(stage.timing, provisional_after_s=0.0)
+    alloc = one(slurmctld_allocate("42", "gpu-[01-04]", T0), offset=1)
+    timeouts = [
+        one(nccl_timeout(n, r, "42", T0 + timedelta(minutes=10)), offset=10 + r)
+        for n, r in [("gpu-01", 0), ("gpu-02", 1), ("gpu-04", 3)]
+    ]
+    async with pipe.agents["correlate"].test_context() as agent:
+        for sig in [alloc, *timeouts]:
+            await agent.put(_as_dict(sig), key=b"42")
+        shown = [inc for _, inc in pipe.sent["incidents"]]
+        assert shown and all(inc.provisional for inc in shown)  # again each time the verdict changes
+        assert [inc.revision for inc in shown] == list(range(1, len(shown) + 1))
+        provisional = shown[-1]
+        stage.timing = replace(stage.timing, root_grace_s=0.0)  # the grace ends: the next tick is final
+        await agent.put({"tick": True}, key=b"42")
+    final = pipe.sent["incidents"][-1][1]
+    assert (final.incident_id, final.provisional) == (provisional.incident_id, False)
+    assert final.revision == provisional.revision + 1
+    assert final.culprit is not None and final.culprit.node == "gpu-03"  # rank 2 never timed out
+    assert provisional.culprit == final.culprit  # named already while provisional
+    now = datetime.now(UTC)
+    fresh = {"first_signal_time": now, "opened_at": now}  # not stale to the decide step
+    async with pipe.agents["decide"].test_context() as agent:
+        await agent.put(_as_dict(provisional.model_copy(update=fresh)), key=b"42")
+        assert pipe.sent["actions"] == []
+        held = [a for _, a in pipe.sent["audit"] if a.event == "action.held"]
+        assert any("cascade-only verdict" in a.details["note"] for a in held)
+        await agent.put(_as_dict(final.model_copy(update=fresh)), key=b"42")
+    assert [a.kind for _, a in pipe.sent["actions"]] == [ActionKind.REQUEUE_JOB]
+
+
 async def test_correlate_dead_letters_an_invalid_signal(pipe: Pipeline):
     async with pipe.agents["correlate"].test_context() as agent:
         await agent.put({"signal_id": "x"}, key=b"42")

@@ -181,3 +181,45 @@ def test_an_application_xid_repeated_on_one_gpu_is_a_hardware_incident_at_once()
     for i in range(3):
         window, incident = _feed(window, topo, _xid13(T0, offset_s=i), NOW, 1 + i)
     assert incident is not None and incident.category == Category.HARDWARE_GPU
+
+
+PROVISIONAL = Timing(root_grace_s=20, quiet_s=120, refine_interval_s=1, provisional_after_s=0.5)
+
+
+def test_cascade_only_verdict_is_published_provisional_once_the_window_settles():
+    topo, _ = _topology()
+    sig = one(nccl_timeout("gpu-01", 0, "42", T0), offset=1).model_copy(update={"job_id": "42"})
+    window = add_signal(None, topo, sig, "c1", NOW)
+    window, early = decide_now(window, topo, NOW, PROVISIONAL)
+    assert early is None  # the burst of the other ranks' timeouts is still arriving
+    window, inc = tick(window, topo, NOW + timedelta(seconds=1), PROVISIONAL)
+    assert inc is not None and inc.provisional
+    assert (inc.revision, inc.category, inc.status) == (1, Category.UNKNOWN, IncidentStatus.OPEN)
+    window, same = tick(window, topo, NOW + timedelta(seconds=2), PROVISIONAL)
+    assert same is None  # nothing changed: no new provisional revision
+    window, final = tick(window, topo, NOW + timedelta(seconds=21), PROVISIONAL)
+    assert final is not None and not final.provisional
+    assert (final.incident_id, final.revision) == (inc.incident_id, 2)
+    window, nothing = tick(window, topo, NOW + timedelta(seconds=22), PROVISIONAL)
+    assert nothing is None
+
+
+def test_a_root_inside_the_grace_makes_the_next_revision_final_at_once():
+    topo, _ = _topology()
+    sig = one(nccl_timeout("gpu-01", 0, "42", T0 + timedelta(minutes=10)), offset=1)
+    window = add_signal(None, topo, sig.model_copy(update={"job_id": "42"}), "c1", NOW)
+    window, provisional = tick(window, topo, NOW + timedelta(seconds=1), PROVISIONAL)
+    assert provisional is not None and provisional.provisional
+    xid = one(kernel_xid("gpu-03", 79, T0), offset=2).model_copy(update={"job_id": "42", "routed": True})
+    window = add_signal(window, topo, xid, "c1", NOW + timedelta(seconds=3))
+    window, final = decide_now(window, topo, NOW + timedelta(seconds=3), PROVISIONAL)
+    assert final is not None and not final.provisional
+    assert (final.revision, final.category, final.culprit.node) == (2, Category.HARDWARE_GPU, "gpu-03")
+
+
+def test_without_provisional_after_a_cascade_only_window_stays_silent_through_the_grace():
+    topo, _ = _topology()
+    window, inc = _feed(None, topo, nccl_timeout("gpu-01", 0, "42", T0), NOW, 1)
+    for second in (1, 5, 19):
+        window, inc = tick(window, topo, NOW + timedelta(seconds=second), TIMING)
+        assert inc is None

@@ -37,6 +37,15 @@ def test_observe_mode_proposes_drain_and_requeue_as_dry_runs():
     assert notes == []
 
 
+def test_a_provisional_revision_is_held_and_its_final_revision_acts():
+    inc = _incident()
+    held, notes = advise(inc.model_copy(update={"provisional": True}), PolicyConfig(mode=Mode.ACT), NOW)
+    assert held == []
+    assert any(n.startswith("holding: a cascade-only verdict") for n in notes)
+    final, _ = advise(inc.model_copy(update={"revision": 2}), PolicyConfig(mode=Mode.ACT), NOW)
+    assert [a.kind for a in final] == [ActionKind.DRAIN_NODE, ActionKind.REQUEUE_JOB]
+
+
 def test_act_mode_actions_are_not_dry_runs_and_keys_are_stable_across_revisions():
     inc = _incident()
     a1, _ = advise(inc, PolicyConfig(mode=Mode.ACT), NOW)
