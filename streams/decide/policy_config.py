@@ -52,7 +52,7 @@ class JobPolicy(BaseModel):
     )
     restart_stragglers: bool = Field(default=False, description="restart a job whose straggler was found")
     restart_in_place_rules: list[str] = Field(
-        default_factory=lambda: ["hang.", "nccl.watchdog", "nccl.blocking_wait"],
+        default_factory=lambda: ["hang.", "nccl.watchdog", "nccl.blocking_wait", "nccl.taking_process_down"],
         description="root rules (prefixes) that stop a job by themselves: restart even with no culprit",
     )
     max_incident_age_s: float = Field(default=3600.0, gt=0, description="stale/replay guard")

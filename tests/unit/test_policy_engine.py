@@ -64,6 +64,22 @@ def test_a_hardware_fault_restarts_excluding_the_culprit_and_asks_the_gate_to_is
     assert p.isolations[0].expires_at == NOW + timedelta(seconds=JobPolicy().drain_expiry_s)
 
 
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        ("nccl.watchdog_timeout", "restart"),
+        ("nccl.taking_process_down", "restart"),  # "...we are taking the entire process down"
+        ("slurm.job_cancelled", "no-restart-without-culprit"),
+    ],
+)
+def test_a_cascade_root_that_says_the_process_is_gone_restarts_in_place_without_a_culprit(rule, expected):
+    inc = incident(category=Category.UNKNOWN, isolate=())
+    inc = inc.model_copy(update={"root_cause": inc.root_cause.model_copy(update={"rule": rule})})
+    p = plan(inc, JobPolicy(), Mode.ACT, JobRecord(), NOW)
+    assert p.rule == expected
+    assert kinds(p) == (["requeue_job"] if expected == "restart" else [])
+
+
 def test_restarts_stop_after_the_budget_of_failures_without_a_new_checkpoint():
     record, policy = JobRecord(), JobPolicy(max_requeue_times=2)
     rules = [plan(incident(n), policy, Mode.ACT, record, NOW + timedelta(minutes=n)).rule for n in (1, 2, 3)]
