@@ -52,6 +52,7 @@ class IncidentSummary(View):
     first_signal_time: UtcDatetime
     opened_at: UtcDatetime
     updated_at: UtcDatetime
+    provisional: bool = False  # a cascade-only verdict inside the root grace; nothing acted on it yet
 
 
 class ActionView(View):

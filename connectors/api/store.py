@@ -61,7 +61,7 @@ class IncidentFilter:
 INCIDENT_SUMMARY_COLUMNS = (
     "incident_id, revision, cluster, job_id, attempt, status, category, root_rule, root_summary, root_code, "
     "culprit_node, culprit_gpu, isolate, restartable, confidence, length(job_nodes) AS job_size, "
-    "first_signal_time, opened_at, updated_at"
+    "first_signal_time, opened_at, updated_at, provisional"
 )
 
 ACTION_VIEW_SQL = """
@@ -174,6 +174,7 @@ class Store:
             first_signal_time=r["first_signal_time"],
             opened_at=r["opened_at"],
             updated_at=r["updated_at"],
+            provisional=bool(r["provisional"]),
         )
 
     def incident(self, incident_id: str) -> m.IncidentDetail | None:

@@ -52,12 +52,20 @@ NODE_HEALTH_FROM_ACTIONS = """SELECT cluster, node, created_at AS time,
         incident_id, action_id, '' AS category, reason AS detail
     FROM {db}.actions WHERE kind IN ('drain_node', 'resume_node') AND node != ''"""
 
+# Version 4 on: a provisional revision (a cascade-only verdict inside the root grace, which the decide
+# step does not act on) implicates nobody in a node's health history; its final revision does.
+NODE_HEALTH_FROM_FINAL_INCIDENTS = NODE_HEALTH_FROM_INCIDENTS + " AND provisional = 0"
+
 INCIDENT_FACTS_SELECT = """SELECT cluster, incident_id, revision, job_id, attempt, status, category,
         root_rule, root_code, root_summary, culprit_node, culprit_gpu, isolate, restartable, confidence,
         job_nodes, toUInt32(length(job_nodes)) AS job_size, first_signal_time, opened_at, updated_at,
         toDate(first_signal_time) AS day,
         greatest(0, dateDiff('millisecond', first_signal_time, opened_at) / 1000.0) AS detect_s
     FROM {db}.incidents"""
+# Version 4 on: the facts say whether a revision is provisional (the API lists them from here).
+INCIDENT_FACTS_SELECT_V4 = INCIDENT_FACTS_SELECT.replace(
+    " AS detect_s\n    FROM {db}.incidents", " AS detect_s, provisional\n    FROM {db}.incidents"
+)
 
 SIGNALS_DAILY_SELECT = """SELECT toDate(event_time) AS day, node, category, rule, role,
         uniqExactState(signal_id) AS signals, max(event_time) AS last_seen
@@ -310,6 +318,21 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         ) ENGINE = ReplacingMergeTree
         ORDER BY (cluster, node, time)
         TTL toDateTime(time) + INTERVAL 180 DAY""",
+        ],
+    ),
+    (
+        4,
+        [
+            # Provisional revisions (streams/correlate/correlator.py): stored, marked, and kept out of
+            # node health. Rows written before this version were all final.
+            "ALTER TABLE {db}.incidents ADD COLUMN IF NOT EXISTS provisional UInt8 DEFAULT 0",
+            "ALTER TABLE {db}.incident_facts ADD COLUMN IF NOT EXISTS provisional UInt8 DEFAULT 0",
+            "DROP VIEW IF EXISTS {db}.incident_facts_mv",
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.incident_facts_mv TO {db}.incident_facts AS "
+            + INCIDENT_FACTS_SELECT_V4,
+            "DROP VIEW IF EXISTS {db}.node_health_incidents_mv",
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.node_health_incidents_mv TO {db}.node_health AS "
+            + NODE_HEALTH_FROM_FINAL_INCIDENTS,
         ],
     ),
 ]

@@ -226,6 +226,7 @@ INCIDENT_COLUMNS = [
     "opened_at",
     "updated_at",
     "first_signal_time",
+    "provisional",
 ]
 
 
@@ -257,6 +258,7 @@ def incident_row(i: Incident) -> list[Any]:
         ts(i.opened_at),
         ts(i.updated_at),
         ts(i.first_signal_time),
+        int(i.provisional),
     ]
 
 

@@ -53,6 +53,39 @@ def test_a_replayed_history_changes_no_answer(ch_client, fresh_db):
     assert once["signals"] == (len(fleet.signals),)
 
 
+def test_a_provisional_revision_is_stored_marked_and_implicates_no_node(ch_client, fresh_db):
+    """A cascade-only verdict published inside the root grace names the node whose timeouts had not
+    arrived yet; the final revision names the real culprit. Only the final one enters node health."""
+    from schemas.incidents import Culprit
+
+    cat = TopicCatalog(prefix="prov")
+    base = build().latest("42")
+    incident_id = f"inc-prov-{uuid.uuid4().hex[:8]}"
+    early = base.model_copy(
+        update={
+            "incident_id": incident_id,
+            "revision": 1,
+            "provisional": True,
+            "culprit": Culprit(node="slow-shipper"),
+        }
+    )
+    final = early.model_copy(update={"revision": 2, "provisional": False, "culprit": Culprit(node="gpu-07")})
+    sink = ClickHouseSink(ch_client, fresh_db, cat)
+    for offset, inc in enumerate([early, final]):
+        sink.add(cat.incidents.name, codec.dumps(inc), 0, offset)
+    sink.flush()
+    rows = ch_client.query(
+        f"SELECT revision, provisional FROM {fresh_db}.incidents WHERE incident_id = {{id:String}} ORDER BY revision",
+        parameters={"id": incident_id},
+    ).result_rows
+    assert rows == [(1, 1), (2, 0)]
+    implicated = ch_client.query(
+        f"SELECT node FROM {fresh_db}.node_health FINAL WHERE incident_id = {{id:String}}",
+        parameters={"id": incident_id},
+    ).result_rows
+    assert implicated == [("gpu-07",)]
+
+
 def test_rows_round_trip_with_their_json_columns(ch_client, fresh_db):
     cat = TopicCatalog(prefix="rt")
     fleet = build()
