@@ -182,7 +182,8 @@ def fault_records(job_id: str, ranks: dict[str, int], at: datetime) -> tuple[byt
 
 def _print_incident(inc: Incident) -> None:
     rc = inc.root_cause
-    say(f"incident     {inc.incident_id}  revision {inc.revision}  ({inc.status.value})")
+    shown = f"{inc.status.value}, provisional" if inc.provisional else inc.status.value
+    say(f"incident     {inc.incident_id}  revision {inc.revision}  ({shown})")
     say(f"job          {inc.job_id} attempt {inc.attempt} on {', '.join(inc.job_nodes)}")
     say(
         f"category     {inc.category.value}   confidence {inc.confidence:.2f}   restartable {inc.restartable}"

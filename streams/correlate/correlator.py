@@ -32,6 +32,7 @@ OPENING_ROLES = {Role.ROOT_CANDIDATE, Role.CASCADE}
 K8S_POD_SCHEDULED = "kubernetes.pod_scheduled"  # a Scheduled Event: one pod of the job bound to a node
 K8S_JOB_PODS = "kubernetes.job_pods"  # connectors/sources/kubernetes_watch.py: nodes of a job's live pods
 MAX_SEEN_IDS = 2048
+ENDED_ATTEMPT_EVIDENCE = timedelta(hours=1)  # after an attempt's end, what still counts as its evidence
 MAX_ROOTS = 64
 
 
@@ -165,13 +166,18 @@ def _k8s_scheduled(topo: JobTopology, signal: Signal) -> JobTopology:
     return topo.model_copy(update={"nodes": sorted({*topo.nodes, node}), "started_at": started})
 
 
-def _before_the_end(window: IncidentWindow, topo: JobTopology | None, signal: Signal) -> bool:
-    """The signal happened in the window's attempt before that attempt ended."""
+def _of_the_ended_attempt(window: IncidentWindow, topo: JobTopology | None, signal: Signal) -> bool:
+    """The window's attempt has ended and no newer attempt has started, so the signal can only be
+    that attempt's: a root that lost the race with the scheduler's end line (another shipper,
+    another partition), or ranks the scheduler did not kill at once still printing their watchdog
+    timeouts (a requeue after a node failure: the survivors time out on the dead node's collective
+    long after the end). Bounded by ``ENDED_ATTEMPT_EVIDENCE``: later than that, the job id has
+    been reused (a Kubernetes job deleted and created again) before its new pods were seen."""
     return (
         topo is not None
         and topo.ended_at is not None
         and topo.attempt == window.attempt
-        and signal.event_time <= topo.ended_at
+        and signal.event_time <= topo.ended_at + ENDED_ATTEMPT_EVIDENCE
     )
 
 
@@ -184,9 +190,9 @@ def add_signal(
             # A record redelivered after a crash or rebalance (at-least-once) must not reopen
             # the incident it already closed under a new id.
             return window
-        if _before_the_end(window, topo, signal):
-            # Evidence of the ended attempt that lost the race with the scheduler's end line
-            # (another shipper, another partition): a refined revision, not a second incident.
+        if _of_the_ended_attempt(window, topo, signal):
+            # Evidence of the ended attempt: a refined revision, not a second incident (which the
+            # decide step would read as a new failure of a job that is already being restarted).
             window = window.model_copy(update={"closed": False})
         else:
             window = None

@@ -223,3 +223,42 @@ def test_without_provisional_after_a_cascade_only_window_stays_silent_through_th
     for second in (1, 5, 19):
         window, inc = tick(window, topo, NOW + timedelta(seconds=second), TIMING)
         assert inc is None
+
+
+def test_timeouts_of_survivors_after_a_requeue_refine_the_node_failure_incident_not_open_another():
+    """A node dies, Slurm requeues the job; ranks it did not kill time out on the dead node's
+    collective half an hour later. No new attempt has started, so they are the ended attempt's."""
+    topo, _ = _topology()
+    window, first = _feed(None, topo, kernel_xid("gpu-03", 79, T0 + timedelta(minutes=1)), NOW, 1)
+    topo, _ = apply_topology(
+        topo,
+        one(slurmctld_line("Requeuing JobId=42", T0 + timedelta(minutes=2))),
+        "c1",
+    )
+    window, closed = tick(window, topo, NOW + timedelta(seconds=25), TIMING)
+    assert window.closed and closed is not None
+    late = [(n, r) for n, r in [("gpu-01", 0), ("gpu-02", 1), ("gpu-04", 3)]]
+    later = NOW + timedelta(seconds=60)
+    for i, (node, rank) in enumerate(late):
+        window, inc = _feed(
+            window, topo, nccl_timeout(node, rank, "42", T0 + timedelta(minutes=32)), later, 20 + i
+        )
+        assert inc is None  # same verdict: coalesced
+    assert not window.closed  # reopened: refined evidence of the ended attempt
+    window, refined = tick(window, topo, later + timedelta(seconds=21), TIMING)
+    assert refined is not None and refined.incident_id == first.incident_id
+    assert (refined.category, refined.culprit.node) == (Category.HARDWARE_GPU, "gpu-03")
+    assert refined.supporting[0].count == 3
+
+
+def test_a_signal_long_after_the_end_opens_its_own_incident():
+    topo, _ = _topology()
+    window, first = _feed(None, topo, kernel_xid("gpu-03", 79, T0 + timedelta(minutes=1)), NOW, 1)
+    topo, _ = apply_topology(
+        topo, one(slurmctld_line("_job_complete: JobId=42 WEXITSTATUS 1", T0 + timedelta(minutes=2))), "c1"
+    )
+    window, _ = tick(window, topo, NOW + timedelta(seconds=25), TIMING)
+    window, other = _feed(
+        window, topo, kernel_xid("gpu-02", 79, T0 + timedelta(hours=2)), NOW + timedelta(seconds=30), 2
+    )
+    assert other is not None and other.incident_id != first.incident_id
