@@ -75,13 +75,22 @@ GENERIC_WEIGHT = 40
 RECURRENCE_THRESHOLD = 3  # the same code on the same GPU this many times: not the application
 
 
-def _root_key(s: Signal) -> tuple[bool, bool, float, int, str]:
+def _root_key(s: Signal) -> tuple[bool, bool, float, int, int, str, str, int, str, str]:
+    """Decisive first, then specific, then earliest, then the category order. Lines of one traceback
+    share a time stamp; among those the more specific rule wins, and what remains is decided by the
+    line itself, never by ``signal_id`` first: in ``sickbay diagnose`` that id hashes the file's path,
+    and the same logs must give the same verdict wherever they were copied."""
     category = s.category or Category.UNKNOWN
     return (
         not s.decisive,
         s.weight < GENERIC_WEIGHT,
         s.event_time.timestamp(),
         CATEGORY_ORDER.index(category),
+        -s.weight,
+        s.rule,
+        s.node or "",
+        -1 if s.rank is None else s.rank,
+        s.text,
         s.signal_id,
     )
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 from schemas.incidents import Category
 from streams.correlate.attribution import attribute
 from streams.correlate.correlator import window_from
-from tests.factories import T0, cuda_error, kernel_xid, nccl_timeout, one
+from tests.factories import T0, cuda_error, job_output, kernel_xid, nccl_timeout, one
 
 XID13 = "Graphics SM Warp Exception on (GPC 1, TPC 3, SM 0): Out Of Range Address"
 
@@ -66,3 +66,28 @@ def test_xid48_beside_a_row_remap_failure_says_to_replace_the_gpu():
     )
     assert v.root.attrs["code"] == 48
     assert "row remapping failed: replace the GPU" in v.root.summary
+
+
+def test_among_lines_of_one_timestamp_the_timeout_leads_whatever_the_ids_say():
+    """The watchdog timeout and the lines it causes share a time stamp; in ``sickbay diagnose`` a
+    signal id hashes the file's path, so it must not decide which of them leads."""
+    at = T0 + timedelta(minutes=10)
+    gone = job_output(
+        "gpu-01",
+        "7",
+        at,
+        "[rank0]:[E1129 03:10:00.4 ProcessGroupNCCL.cpp:1595] Some NCCL "
+        "operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, "
+        "subsequent GPU operations might run on corrupted/incomplete data.",
+    )
+    for first, second in (("a", "z"), ("z", "a")):
+        signals = [
+            one(nccl_timeout("gpu-01", 0, "7", at), offset=1).model_copy(
+                update={"job_id": "7", "signal_id": first * 20}
+            ),
+            one(gone, offset=2).model_copy(update={"job_id": "7", "signal_id": second * 20}),
+        ]
+        window = window_from(signals, cluster="c", job_id="7", now=T0)
+        assert window is not None
+        v = attribute(window, None)
+        assert v is not None and v.root.rule == "nccl.watchdog_timeout"
