@@ -347,9 +347,7 @@ class CorrelateStage:
         if world is None:
             return
         for rank in range(world.nranks):
-            key = f"{job_id}|{rank}"
-            if self.places.get(key) is not None:
-                self.places.drop(key)
+            self.places.drop(f"{job_id}|{rank}")  # an absent rank: no changelog write (Table.pop)
 
     def place_of(self, job_id: str) -> PlaceOf:
         def place(rank: int) -> RankPlace | None:

@@ -49,6 +49,7 @@ class TableCache(Generic[M]):
         remember(self.parsed, key, value, self.bound)
 
     def drop(self, key: str) -> None:
+        """Forget the key; a key the table does not hold writes nothing to the changelog."""
         self.table.pop(key, None)
         remember(self.parsed, key, None, self.bound)
 
