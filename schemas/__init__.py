@@ -31,7 +31,7 @@ from schemas.incidents import (
     Symptom,
 )
 from schemas.raw import FluentBitRecord, LogLine, SickbayLineRecord, VectorRecord
-from schemas.signals import JobNodeAssignment, Role, Signal, SourceRef
+from schemas.signals import JobNodeAssignment, Role, Signal, SignalBatch, SourceRef
 from schemas.telemetry import GpuTelemetry
 from schemas.topics import TopicCatalog, TopicSpec
 
@@ -62,6 +62,7 @@ __all__ = [
     "RootCause",
     "SickbayLineRecord",
     "Signal",
+    "SignalBatch",
     "SourceRef",
     "Symptom",
     "TopicCatalog",

@@ -20,7 +20,7 @@ from schemas.deadletter import DeadLetter
 from schemas.health import NodeHealth
 from schemas.incidents import Incident
 from schemas.jobs import JobInfo
-from schemas.signals import JobNodeAssignment, Signal
+from schemas.signals import JobNodeAssignment, Signal, SignalBatch
 from schemas.telemetry import GpuTelemetry
 
 DEFAULT = Path(__file__).resolve().parents[1] / "docs" / "schemas"
@@ -39,6 +39,7 @@ CONTRACTS: dict[str, type[BaseModel]] = {
     "mode-change": ModeChange,
     "node-health": NodeHealth,
     "signal": Signal,
+    "signal-batch": SignalBatch,
 }
 
 

@@ -65,6 +65,26 @@ class Signal(Contract):
     routed: bool = False  # a copy re-keyed from a node onto one of its jobs
 
 
+SIGNAL_BATCH_KIND: Literal["signal_batch"] = "signal_batch"
+MAX_SIGNALS_PER_BATCH = 256
+
+
+class SignalBatch(Contract):
+    """Several signals of one job, in the order they were extracted, as one message on ``signals.job``.
+
+    Why: a job's start prints one NCCL placement line per rank, and a collective failure one timeout
+    per rank, so a 4,000-rank job sends thousands of facts in a burst. Each Kafka message costs a
+    stateful stage more than the fact inside it (consumer bookkeeping, a pass through each agent, an
+    acknowledgement), so the extract stage packs what one read of ``raw.logs`` found for a job into
+    one message. Consumers unpack it and handle each signal exactly as if it had come alone; a
+    signal keeps its own deterministic id, so a replayed batch is dropped signal by signal.
+    """
+
+    kind: Literal["signal_batch"] = SIGNAL_BATCH_KIND
+    job_id: str
+    signals: list[Signal] = Field(min_length=1, max_length=MAX_SIGNALS_PER_BATCH)
+
+
 class JobNodeAssignment(Contract):
     """Topology on the node-keyed side: this node serves (or stopped serving) this job attempt."""
 

@@ -43,7 +43,7 @@ def extract_group(app_id: str) -> str:
 TABLE_NODE_JOBS = "node-jobs"
 TABLE_JOB_TOPOLOGY = "job-topology"
 TABLE_INCIDENT_WINDOWS = "incident-windows"
-TABLE_RANK_PLACES = "rank-places"  # "job|rank" → node and GPU the rank runs on (NCCL init lines)
+TABLE_RANK_PLACES = "rank-place-blocks"  # "job|b<n>" → node and GPU of ranks 64n..64n+63 (NCCL init lines)
 TABLE_JOB_LOOKBACK = "job-lookback"  # job → the latest context hint per rank, from before any incident
 TABLE_DECIDE_ISSUED = "decide-issued"
 TABLE_DECIDE_JOBS = "decide-jobs"  # job → JobInfo + recovery history (restarts, confirmations)
@@ -140,7 +140,7 @@ class TopicCatalog:
         self.signals_job = TopicSpec(
             name=f"{prefix}.signals.job",
             key="job_id",
-            value="Signal",
+            value="Signal | SignalBatch",
             partitions=p,
             faust_source=True,
             description="Job facts: training logs, scheduler events and node facts routed to their jobs",

@@ -35,10 +35,13 @@ def dead_letter(
     )
 
 
-async def dead_letter_event(dlq: Any, stage: str, event: Any, key: str | None, exc: Exception) -> None:
-    """Send a Faust event that a stage could not handle to the DLQ topic."""
+async def dead_letter_event(
+    dlq: Any, stage: str, event: Any, key: str | None, exc: Exception, item: Any = None
+) -> None:
+    """Send a Faust event that a stage could not handle to the DLQ topic; with ``item``, only that
+    part of it (one signal of a ``SignalBatch``: the batch's other signals were handled)."""
     msg = event.message
-    value = event.value
+    value = event.value if item is None else item
     raw = value if isinstance(value, bytes) else codec.dumps(value)
     reason = "invalid_record" if isinstance(exc, ValidationError) else "agent_error"
     letter = dead_letter(stage, reason, repr(exc), raw, key, msg.topic, msg.partition, msg.offset)

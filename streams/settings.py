@@ -80,7 +80,9 @@ class Settings(BaseSettings):
     # agents (streams/extract/batched.py, consumer group "<app_id>-extract"); "agent" is Faust's
     # per-message agent (in-memory tests, or a fallback). Same rules, same signal ids either way.
     extract_stage: Literal["batched", "agent"] = "batched"
-    extract_batch_max: int = Field(default=2000, ge=1, description="raw records read per batch")
+    extract_batch_max: int = Field(
+        default=20_000, ge=1, description="raw records per read (a backlog fills it, live traffic rarely)"
+    )
     extract_poll_s: float = Field(
         default=0.05, gt=0, description="longest wait for a batch to fill (adds at most this latency)"
     )

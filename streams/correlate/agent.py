@@ -34,8 +34,10 @@ from streams.correlate.correlator import Timing, add_signal, apply_topology, dec
 from streams.correlate.lookback import LOOKBACK_RULES, recall, remember
 from streams.correlate.state import (
     RANK_PLACEMENT_RULE,
+    RANKS_PER_BLOCK,
     IncidentWindow,
     JobTopology,
+    RankBlock,
     RankPlace,
     newer_placement,
     placement_of,
@@ -43,12 +45,13 @@ from streams.correlate.state import (
 from streams.correlate.table_cache import TableCache
 from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
+from streams.signal_batches import BadBatch, unpack
 
 log = logging.getLogger("sickbay.correlate")
 TICK_INDEX_REBUILD_S = 60.0
 LONE_ROLES = frozenset({Role.HINT, Role.CONFIRMATION})  # roles that never open a window on their own
 MAX_PENDING_PER_NODE = 256
-MAX_CACHED_PLACES = 200_000  # a few hundred jobs' ranks
+MAX_CACHED_BLOCKS = 8_192  # of RANKS_PER_BLOCK ranks each: half a million ranks
 MAX_CACHED_WINDOWS = 1_024  # parsed windows (tens of KB each as objects)
 MAX_CACHED_STATES = 20_000  # parsed topologies and node states (small)
 
@@ -97,6 +100,10 @@ def apply_assignment(state: NodeState, a: JobNodeAssignment, lateness: timedelta
     return state.model_copy(update={"jobs": jobs})
 
 
+def _block_key(job_id: str, block: int) -> str:
+    return f"{job_id}|b{block}"
+
+
 def _stale(built: float | None) -> bool:
     """A timer index never built, emptied by a rebalance, or older than its rebuild period."""
     return built is None or time.monotonic() - built > TICK_INDEX_REBUILD_S
@@ -126,15 +133,15 @@ class CorrelateStage:
         self.windows = app.Table(
             TABLE_INCIDENT_WINDOWS, default=None, partitions=settings.partitions, value_type=bytes
         )
-        # one small entry per "job|rank": a 4,000-rank job's placement is never one value rewritten
-        # to the changelog per rank, and attribution looks up only the root's rank
+        # one entry per block of 64 ranks ("job|b<n>"): a 4,000-rank job's placement is never one
+        # value rewritten to the changelog per rank, and attribution reads only the blocks it needs
         self.rank_places = app.Table(
             TABLE_RANK_PLACES, default=None, partitions=settings.partitions, value_type=bytes
         )
         # Parsed copies of what this stage (each table's only writer) last read or wrote
         # (table_cache.py). Attribution asks for the same few ranks on every signal and tick of a
         # window (the root's rank, its block, the silent ranks); a window is re-read per signal.
-        self.places = TableCache(self.rank_places, RankPlace, MAX_CACHED_PLACES)
+        self.places = TableCache(self.rank_places, RankBlock, MAX_CACHED_BLOCKS)
         self.parsed_windows = TableCache(self.windows, IncidentWindow, MAX_CACHED_WINDOWS)
         self.topologies = TableCache(self.job_topology, JobTopology, MAX_CACHED_STATES)
         self.node_states = TableCache(self.node_jobs, NodeState, MAX_CACHED_STATES)
@@ -253,8 +260,27 @@ class CorrelateStage:
         )
 
     async def on_job_event(self, event: Any) -> None:
+        """One record of ``signals.job`` or ``control.ticks``: a signal, a batch of one job's signals
+        (each handled in order, a bad one dead-lettered alone) or a tick."""
         job_id = key_str(event.key) or "?"
-        value = event.value
+        try:
+            items = unpack(event.value)
+        except BadBatch as exc:
+            await self.dead_letter("correlate", event, job_id, exc)
+            return
+        if len(items) == 1:
+            await self.on_job_value(event, job_id, items[0])
+            return
+        # the job's window, topology and placements reach their tables once per batch
+        with self.parsed_windows.deferred(), self.topologies.deferred(), self.places.deferred():
+            for item in items:
+                try:
+                    await self.on_job_value(event, job_id, item, batched=True)
+                except Exception as exc:  # one bad signal must not drop the rest of its batch
+                    log.exception("correlate failed on a batched signal")
+                    await dead_letter_event(self.t.dlq, "correlate", event, job_id, exc, item=item)
+
+    async def on_job_value(self, event: Any, job_id: str, value: Any, batched: bool = False) -> None:
         now = utcnow()
         is_tick = isinstance(value, dict) and bool(value.get("tick"))
         if isinstance(value, dict) and value.get("role") == Role.PROGRESS.value:
@@ -263,7 +289,9 @@ class CorrelateStage:
             try:
                 signal = Signal.model_validate(value)
             except ValidationError as exc:
-                await self.dead_letter("correlate", event, job_id, exc)
+                await dead_letter_event(
+                    self.t.dlq, "correlate", event, job_id, exc, item=value if batched else None
+                )
                 return
             if signal.role == Role.PROGRESS:
                 return  # the progress agent's input; nothing here: skip loading the job's state
@@ -331,27 +359,29 @@ class CorrelateStage:
 
     def record_place(self, job_id: str, signal: Signal) -> None:
         new = placement_of(signal)
-        if new is None:
+        if new is None or signal.rank is None:
             return
-        key = f"{job_id}|{signal.rank}"
-        old = self.places.get(key)
+        key = _block_key(job_id, signal.rank // RANKS_PER_BLOCK)
+        block = self.places.get(key) or RankBlock()
+        old = block.places.get(signal.rank)
         if old != new and newer_placement(old, new):
-            self.places.put(key, new)
+            self.places.put(key, RankBlock(places={**block.places, signal.rank: new}))
 
     def drop_job_state(self, job_id: str) -> None:
         """Forget a finished job's look-back and placements: rank 0 is in every world communicator and
         says its size."""
         if self.lookback.get(job_id) is not None:
             self.lookback.pop(job_id, None)
-        world = self.places.get(f"{job_id}|0")
+        world = self.place_of(job_id)(0)
         if world is None:
             return
-        for rank in range(world.nranks):
-            self.places.drop(f"{job_id}|{rank}")  # an absent rank: no changelog write (Table.pop)
+        for block in range((world.nranks + RANKS_PER_BLOCK - 1) // RANKS_PER_BLOCK):
+            self.places.drop(_block_key(job_id, block))  # an absent block: no changelog write (Table.pop)
 
     def place_of(self, job_id: str) -> PlaceOf:
         def place(rank: int) -> RankPlace | None:
-            return self.places.get(f"{job_id}|{rank}")
+            block = self.places.get(_block_key(job_id, rank // RANKS_PER_BLOCK))
+            return block.places.get(rank) if block is not None else None
 
         return place
 

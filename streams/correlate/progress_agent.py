@@ -33,8 +33,10 @@ from schemas.topics import TABLE_JOB_PROGRESS
 from streams.correlate import progress, straggler
 from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
+from streams.signal_batches import BadBatch, unpack
 
 log = logging.getLogger("sickbay.progress")
+IGNORED_ROLES = frozenset({Role.HINT.value, Role.CONFIRMATION.value})
 MAX_CACHED = 20_000
 
 
@@ -103,8 +105,27 @@ class ProgressStage:
         self.cache.clear()
 
     async def on_event(self, event: Any) -> None:
+        """A signal, a batch of one job's signals (each in order, a bad one dead-lettered alone) or
+        a tick."""
         job_id = key_str(event.key) or "?"
-        value = event.value
+        try:
+            items = unpack(event.value)
+        except BadBatch as exc:
+            await dead_letter_event(self.t.dlq, "progress", event, job_id, exc)
+            return
+        if len(items) == 1:
+            await self.on_value(event, job_id, items[0])
+            return
+        for item in items:
+            try:
+                await self.on_value(event, job_id, item, batched=True)
+            except Exception as exc:  # one bad signal must not drop the rest of its batch
+                log.exception("progress failed on a batched signal")
+                await dead_letter_event(self.t.dlq, "progress", event, job_id, exc, item=item)
+
+    async def on_value(self, event: Any, job_id: str, value: Any, batched: bool = False) -> None:
+        if isinstance(value, dict) and value.get("role") in IGNORED_ROLES:
+            return  # a hint or confirmation never changes progress: skip loading the job's state
         watch = self.load(job_id)
         if isinstance(value, dict) and value.get("tick"):
             if watch is not None:
@@ -115,7 +136,9 @@ class ProgressStage:
         try:
             signal = Signal.model_validate(value)
         except ValidationError as exc:
-            await dead_letter_event(self.t.dlq, "progress", event, job_id, exc)
+            await dead_letter_event(
+                self.t.dlq, "progress", event, job_id, exc, item=value if batched else None
+            )
             return
         if progress.is_checkpoint_save(signal):
             # The decide step counts failures since the last checkpoint: tell it one was written.
@@ -132,7 +155,7 @@ class ProgressStage:
         """Whether a record can change the job's progress state (unreadable ones are, so they
         reach the dead-letter path)."""
         role = value.get("role") if isinstance(value, dict) else None
-        if role in (Role.HINT.value, Role.CONFIRMATION.value):
+        if role in IGNORED_ROLES:
             return False
         return watch is not None or role in (None, Role.PROGRESS.value, Role.TOPOLOGY.value)
 

@@ -46,6 +46,17 @@ class RankPlace(BaseModel):
 
 
 RANK_PLACEMENT_RULE = "nccl.rank_placement"
+RANKS_PER_BLOCK = 64
+
+
+class RankBlock(BaseModel):
+    """The placements of one block of ``RANKS_PER_BLOCK`` consecutive ranks of a job: one table
+    entry, so a job start's burst of init lines (a batch of them per read of the raw logs) rewrites
+    a few blocks rather than one entry per rank, and the entry stays small for a 4,000-rank job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    places: dict[int, RankPlace] = Field(default_factory=dict)
 
 
 def placement_of(signal: Signal) -> RankPlace | None:

@@ -11,6 +11,8 @@ table behind the writer's back.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -35,8 +37,11 @@ class TableCache(Generic[M]):
         self.model = model
         self.bound = bound
         self.parsed: dict[str, M | None] = {}
+        self._pending: dict[str, M | None] | None = None  # inside ``deferred``: key -> last value
 
     def get(self, key: str) -> M | None:
+        if self._pending is not None and key in self._pending:
+            return self._pending[key]
         if key in self.parsed:
             return self.parsed[key]
         raw = self.table.get(key)
@@ -45,17 +50,49 @@ class TableCache(Generic[M]):
         return value
 
     def put(self, key: str, value: M) -> None:
-        self.table[key] = codec.dumps(value)
+        if self._pending is not None:
+            self._pending[key] = value
+        else:
+            self.table[key] = codec.dumps(value)
         remember(self.parsed, key, value, self.bound)
 
     def drop(self, key: str) -> None:
         """Forget the key; a key the table does not hold writes nothing to the changelog."""
-        self.table.pop(key, None)
+        if self._pending is not None:
+            self._pending[key] = None
+        else:
+            self.table.pop(key, None)
         remember(self.parsed, key, None, self.bound)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Inside, reads see every put and drop at once, and the table (its store and changelog) gets
+        each key's last value once, on the way out: a batch of one job's signals rewrites the job's
+        incident window once, not once per signal. Only around the handling of one event: the
+        writes land before its offset can be committed, so a crash replays the whole event."""
+        if self._pending is not None:  # nested: the outer block writes
+            yield
+            return
+        self._pending = {}
+        try:
+            yield
+        finally:
+            pending, self._pending = self._pending, None
+            for key, value in pending.items():
+                if value is None:
+                    self.table.pop(key, None)
+                else:
+                    self.table[key] = codec.dumps(value)
 
     def clear(self) -> None:
         self.parsed.clear()
 
     def stored_items(self) -> list[tuple[str, Any]]:
         """Every (key, plain JSON value) in the table's active partitions, read from the store."""
-        return [(key_str(k) or "", codec.loads(raw)) for k, raw in list(self.table.items()) if raw]
+        items = {key_str(k) or "": codec.loads(raw) for k, raw in list(self.table.items()) if raw}
+        for key, value in (self._pending or {}).items():  # a timer may read between a batch's signals
+            if value is None:
+                items.pop(key, None)
+            else:
+                items[key] = codec.loads(codec.dumps(value))
+        return list(items.items())

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.base import utcnow
+from schemas.signals import Signal
 from streams.extract.extractor import Extractor
 from streams.extract.quiet import RepeatQuieter
-from streams.extract.record import DESTINATIONS, extract_record
+from streams.extract.record import DESTINATIONS, extract_record, hold_job_signals
 from streams.pipeline import Pipeline, key_str
+from streams.signal_batches import pack
 
 
 def register(pipe: Pipeline) -> None:
@@ -31,7 +33,11 @@ def register(pipe: Pipeline) -> None:
             outs = extract_record(
                 extractor, value, key_str(event.key), msg.topic, msg.partition, msg.offset, utcnow(), quieter
             )
-            for out in outs:
+            by_job: dict[bytes, list[Signal]] = {}
+            for out in hold_job_signals(outs, by_job):
                 await channels[out.dest].send(key=out.key, value=out.value)
+            for key, signals in by_job.items():
+                for packed in pack(key.decode(), signals):
+                    await channels["signals_job"].send(key=key, value=packed)
 
     pipe.agents["extract"] = extract

@@ -33,12 +33,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from connectors.kafka import consumer_config, producer_config
 from schemas import codec
 from schemas.base import utcnow
+from schemas.signals import Signal
 from schemas.topics import extract_group
 from streams.extract.extractor import Extractor
 from streams.extract.quiet import RepeatQuieter
-from streams.extract.record import DESTINATIONS, Destination, extract_record
+from streams.extract.record import DESTINATIONS, Destination, extract_record, hold_job_signals
 from streams.pipeline import key_str
 from streams.settings import Settings
+from streams.signal_batches import pack
 
 log = logging.getLogger("sickbay.extract")
 
@@ -146,6 +148,7 @@ class BatchedExtract:
         now = utcnow()
         first: dict[tuple[str, int], int] = {}
         last: dict[tuple[str, int], int] = {}
+        by_job: dict[bytes, list[Signal]] = {}
         for m in msgs:
             if (err := m.error()) is not None:
                 self._consumer_error(err)
@@ -154,17 +157,30 @@ class BatchedExtract:
             tp = (m.topic() or self.source, m.partition() or 0)
             first.setdefault(tp, offset)
             last[tp] = offset
-            self._extract(m, tp, offset, now)
+            self._extract(m, tp, offset, now, by_job)
+        self._produce_job_signals(by_job)
         self.records += len(msgs)
         self._settle(first, last)
         return len(msgs)
 
-    def _extract(self, m: Message, tp: tuple[str, int], offset: int, now: Any) -> None:
+    def _extract(
+        self, m: Message, tp: tuple[str, int], offset: int, now: Any, by_job: dict[bytes, list[Signal]]
+    ) -> None:
+        """A job's signals wait for the end of the batch (``_produce_job_signals``); the rest go now."""
         outs = extract_record(
             self.extractor, m.value() or b"", key_str(m.key()), tp[0], tp[1], offset, now, self.quieter
         )
-        for out in outs:
+        for out in hold_job_signals(outs, by_job):
             self._produce(self.topics[out.dest], out.key, codec.dumps(out.value))
+
+    def _produce_job_signals(self, by_job: dict[bytes, list[Signal]]) -> None:
+        """Each job's signals of the batch, in the order read, packed into as few messages as
+        ``SignalBatch`` allows: a job's burst (every rank's placement at start, every rank's timeout
+        at a failure) costs the stateful stages one message instead of one per rank."""
+        topic = self.topics["signals_job"]
+        for key, signals in by_job.items():
+            for value in pack(key.decode(), signals):
+                self._produce(topic, key, codec.dumps(value))
 
     def _produce(self, topic: str, key: bytes, value: bytes) -> None:
         _, producer = self._clients()

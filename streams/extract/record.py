@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Literal, NamedTuple, get_args
 
 from schemas.base import Contract
+from schemas.signals import Signal
 from streams.deadletters import dead_letter
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize_all
@@ -65,3 +66,15 @@ def extract_record(
         log.exception("extract failed at %s/%s/%s", topic, partition, offset)
         letter = dead_letter("extract", "extractor_error", repr(exc), value, key, topic, partition, offset)
     return [Outgoing("dlq", b"extract", letter)]
+
+
+def hold_job_signals(outs: list[Outgoing], by_job: dict[bytes, list[Signal]]) -> list[Outgoing]:
+    """Set a record's job signals aside in ``by_job`` (per job key, in order) to be sent packed
+    (``signal_batches.pack``); returns the outputs to send as they are."""
+    rest: list[Outgoing] = []
+    for out in outs:
+        if out.dest == "signals_job" and isinstance(out.value, Signal):
+            by_job.setdefault(out.key, []).append(out.value)
+        else:
+            rest.append(out)
+    return rest

@@ -8,7 +8,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from unittest.mock import AsyncMock
+from unittest.mock import AsyncMock, patch
 
 import pytest
 
@@ -16,7 +16,7 @@ from schemas import codec
 from schemas.actions import Action, ActionKind, Mode
 from schemas.deadletter import DeadLetter
 from schemas.incidents import Category, Incident
-from schemas.signals import JobNodeAssignment, Signal
+from schemas.signals import JobNodeAssignment, Signal, SignalBatch
 from streams.app import create_app
 from streams.pipeline import Pipeline, build
 from streams.settings import Settings
@@ -222,6 +222,43 @@ async def test_correlate_blames_the_node_a_failing_rank_runs_on_not_the_host_tha
     )
 
 
+async def test_a_packed_burst_of_placements_over_several_blocks_names_the_failing_ranks_node(pipe: Pipeline):
+    """A 160-rank job's init lines arrive packed (one message per read of the raw logs); they fill
+    three 64-rank blocks, each written once, and the failing rank's node is found in the third."""
+    alloc = one(slurmctld_allocate("44", "gpu-[01-20]", T0), offset=1)
+    inits = [
+        one(
+            job_output("gpu-01", "44", T0, nccl_init(f"gpu-{r // 8 + 1:02d}", r, 160, r % 8, "9a000")),
+            offset=2 + r,
+        )
+        for r in range(160)
+    ]
+    line = "[rank150]:RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    ecc = one(job_output("gpu-01", "44", T0 + timedelta(minutes=3), line), offset=400)
+    done = one(slurmctld_line("_job_complete: JobId=44 WEXITSTATUS 1", T0 + timedelta(hours=1)), offset=401)
+    table = pipe.tables["rank_places"]
+    writes: list[str] = []
+    original = type(table).__setitem__
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put(_as_dict(alloc), key=b"44")
+        with patch.object(
+            type(table), "__setitem__", lambda t, k, v: (writes.append(k), original(t, k, v))[1]
+        ):
+            for start in range(0, 160, 100):  # two reads' worth
+                batch = SignalBatch(job_id="44", signals=inits[start : start + 100])
+                await agent.put(_as_dict(batch), key=b"44")
+        blocks = sorted(k for k in writes if "|b" in k)
+        assert blocks == ["44|b0", "44|b1", "44|b1", "44|b2"]  # one write per block per read
+        await agent.put(_as_dict(ecc), key=b"44")
+        [(_, incident)] = pipe.sent["incidents"]
+        assert (incident.culprit.node, incident.culprit.gpu) == ("gpu-19", "0000:9a:00")
+        await agent.put(_as_dict(done), key=b"44")
+        later = datetime.now(UTC) + timedelta(days=1)  # the window closed and past the lateness bound
+        with patch("streams.correlate.agent.utcnow", return_value=later):
+            await agent.put({"tick": True}, key=b"44")
+        assert [table.get(f"44|b{b}") for b in range(3)] == [None, None, None]
+
+
 async def test_a_finished_job_without_an_incident_leaves_no_rank_placements_behind(pipe: Pipeline):
     alloc = one(slurmctld_allocate("43", "gpu-[01-02]", T0), offset=1)
     inits = [
@@ -236,9 +273,9 @@ async def test_a_finished_job_without_an_incident_leaves_no_rank_placements_behi
         for sig in [alloc, *inits]:
             await agent.put(_as_dict(sig), key=b"43")
         table = pipe.tables["rank_places"]
-        assert table.get("43|9") is not None
+        assert table.get("43|b0") is not None  # ranks 0-63: one entry
         await agent.put(_as_dict(done), key=b"43")
-        assert table.get("43|0") is None and table.get("43|9") is None
+        assert table.get("43|b0") is None
 
 
 async def test_a_bar_printed_before_the_others_timed_out_joins_the_incident_they_open(pipe: Pipeline):

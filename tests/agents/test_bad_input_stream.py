@@ -24,7 +24,7 @@ import pytest
 from schemas import codec
 from schemas.deadletter import DeadLetter
 from schemas.incidents import Category, Incident
-from schemas.signals import JobNodeAssignment, Signal
+from schemas.signals import JobNodeAssignment, Signal, SignalBatch
 from streams.app import create_app
 from streams.pipeline import Pipeline, build
 from streams.settings import Settings
@@ -294,6 +294,23 @@ async def test_correlate_dead_letters_a_signal_of_the_wrong_type_and_keeps_the_w
     assert reasons == ["invalid_record", "invalid_record"]
     [incident] = _incidents(pipe)
     assert incident.category == Category.HARDWARE_GPU
+
+
+async def test_a_packed_batch_correlates_like_its_signals_sent_alone_and_a_bad_one_is_dead_lettered_alone(
+    pipe: Pipeline,
+):
+    wrong = {**_d(_routed(XID)), "signal_id": "other", "role": "no_such_role"}
+    batch = _d(SignalBatch(job_id="42", signals=[ALLOC, _routed(XID)]))
+    batch["signals"].insert(1, wrong)
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put(batch, key=b"42")
+        await agent.put({"kind": "signal_batch", "job_id": "42", "signals": []}, key=b"42")
+    letters = [v for _, v in pipe.sent["dlq"]]  # type: ignore[attr-defined]
+    assert [letter.reason for letter in letters] == ["invalid_record", "agent_error"]
+    assert codec.loads(base64.b64decode(letters[0].original_b64))["signal_id"] == "other"
+    [incident] = _incidents(pipe)
+    assert incident.category == Category.HARDWARE_GPU and incident.culprit is not None
+    assert incident.culprit.node == "gpu-03"
 
 
 async def test_decide_dead_letters_a_malformed_incident_and_proposes_nothing_for_it(pipe: Pipeline):

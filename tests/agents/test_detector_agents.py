@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import pytest
 
 from schemas import codec
 from schemas.incidents import Category, Incident, IncidentKind
-from schemas.signals import Role, Signal
+from schemas.signals import Role, Signal, SignalBatch
 from schemas.telemetry import GpuTelemetry
 from streams.app import create_app
 from streams.correlate import progress, straggler
@@ -157,6 +158,23 @@ async def test_progress_agent_reports_a_silent_job_once_as_a_hang_signal_on_its_
     assert hang.rule == progress.HANG_RULE and hang.role == Role.ROOT_CANDIDATE and hang.job_id == "42"
     assert hang.category == Category.UNKNOWN and hang.attrs["step"] == 60
     assert hang.attrs["nccl_timeouts"] == 1 and "NCCL watchdog" in hang.summary
+
+
+async def test_progress_agent_reads_a_packed_batch_as_the_same_signals_sent_alone(h: Harness) -> None:
+    stage = h.pipe.agents["progress_stage"]
+    steps = [_progress("42", (i + 1) * 10, i * 60.0) for i in range(6)]
+    bad = {**_d(_progress("42", 999, 400.0)), "role": "no_such_role"}
+    async with h.pipe.agents["progress"].test_context() as agent:
+        batch = _d(SignalBatch(job_id="42", signals=steps[:3]))
+        batch["signals"].append(bad)  # one unreadable signal inside the batch
+        await agent.put(batch, key=b"42")
+        await agent.put(_d(SignalBatch(job_id="42", signals=steps[3:])), key=b"42")
+        await agent.put({"kind": "signal_batch", "job_id": "42", "signals": "none"}, key=b"42")
+    watch = stage.load("42")
+    assert watch is not None and [src.last_step for src in watch.progress.sources.values()] == [60]
+    letters = [letter for _, letter in h.sent["dlq"]]
+    assert [letter.reason for letter in letters] == ["invalid_record", "agent_error"]
+    assert codec.loads(base64.b64decode(letters[0].original_b64))["attrs"]["step"] == 999  # the bad one alone
 
 
 async def test_progress_agent_does_not_tick_a_job_that_keeps_progressing(h: Harness) -> None:

@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import ReliableProducer, consumer_config, ensure_topics
 from schemas import codec
+from schemas.signals import Signal, SignalBatch
 from schemas.topics import extract_group
 from streams.extract.batched import BatchedExtract
 from streams.settings import Settings
@@ -99,6 +100,24 @@ def test_each_record_lands_on_its_topic_and_the_batch_is_committed_once_acknowle
             ("dlq", "invalid_json"),
         ]
     )
+
+
+def test_a_jobs_signals_of_one_read_arrive_packed_in_one_message_in_their_order(kafka_bootstrap):
+    s = _settings(kafka_bootstrap)
+    cat = s.topics
+    burst = [(b"gpu-01", nccl_timeout("gpu-01", rank, "42", T0)) for rank in (3, 0, 2)]
+    _produce(kafka_bootstrap, cat.raw_logs.name, [*burst, (b"gpu-01", nccl_timeout("gpu-01", 5, "43", T0))])
+    stage = BatchedExtract(s)
+    stage._open()
+    try:
+        _drain(stage, 4)
+    finally:
+        stage._close()
+    out = {v["job_id"]: v for _, v in _read_all(kafka_bootstrap, [cat.signals_job.name], expect=2)}
+    assert sorted(out) == ["42", "43"]
+    batch = SignalBatch.model_validate(out["42"])  # one message for the job's three facts
+    assert [sig.rank for sig in batch.signals] == [3, 0, 2]
+    assert Signal.model_validate(out["43"]).rank == 5  # a lone fact is sent as itself
 
 
 def test_a_stage_that_died_before_its_commit_is_replayed_with_the_same_signal_ids(kafka_bootstrap):

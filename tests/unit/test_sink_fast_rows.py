@@ -9,7 +9,7 @@ from benchmarks.bench_sink import templates
 from connectors.sinks import rows
 from connectors.sinks.sink import ClickHouseSink
 from schemas import codec
-from schemas.signals import Signal
+from schemas.signals import Signal, SignalBatch
 from schemas.topics import TopicCatalog
 
 
@@ -69,3 +69,27 @@ def test_the_sink_falls_back_to_the_contract_and_dead_letters_only_what_it_refus
     assert len(sink.buffers["signals"]) == 2
     assert len(sink.buffers["dead_letters"]) == 2
     assert sink.stats.dead_lettered == 2
+
+
+def test_a_packed_batch_of_job_signals_is_stored_as_one_row_per_signal(signals: list[Signal]):
+    cat = TopicCatalog(prefix="t")
+    sink = ClickHouseSink(_NoClient(), "db", cat)
+    routed = signals[1].model_copy(update={"routed": True})
+    batch = SignalBatch(job_id="42", signals=[signals[0], routed, signals[2]])
+    sink.add(cat.signals_job.name, codec.dumps(batch), 0, 7)
+    alone = ClickHouseSink(_NoClient(), "db", cat)
+    for sig in (signals[0], signals[2]):
+        alone.add(cat.signals_job.name, codec.dumps(sig), 0, 7)
+    assert sink.buffers["signals"] == alone.buffers["signals"]  # packing is transport, not data
+    assert sink.stats.skipped_routed == 1
+    assert sink.offsets[(cat.signals_job.name, 0)] == 8
+
+
+def test_a_batch_that_does_not_validate_is_dead_lettered_whole(signals: list[Signal]):
+    cat = TopicCatalog(prefix="t")
+    sink = ClickHouseSink(_NoClient(), "db", cat)
+    bad = orjson.loads(codec.dumps(SignalBatch(job_id="42", signals=[signals[0], signals[1]])))
+    bad["signals"][1]["role"] = "boss"
+    sink.add(cat.signals_job.name, orjson.dumps(bad), 0, 3)
+    assert "signals" not in sink.buffers
+    assert sink.stats.dead_lettered == 1

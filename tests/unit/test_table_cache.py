@@ -54,3 +54,39 @@ def test_stored_items_decode_every_value_of_the_table():
     table = CountingTable({b"j1": codec.dumps({"job_id": "j1", "closed": True}), "j2": b""})
     cache = TableCache(table, JobTopology, bound=8)
     assert cache.stored_items() == [("j1", {"job_id": "j1", "closed": True})]
+
+
+class WriteCountingTable(CountingTable):
+    writes = 0
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.writes += 1
+        super().__setitem__(key, value)
+
+
+def test_deferred_writes_reach_the_table_once_per_key_with_the_last_value():
+    table = WriteCountingTable({"gone": codec.dumps({"job_id": "gone"})})
+    cache = TableCache(table, JobTopology, bound=1)  # a bound of one: reads must not fall back on the table
+    with cache.deferred():
+        for attempt in (1, 2, 3):
+            cache.put("j1", JobTopology(job_id="j1", attempt=attempt))
+        cache.put("j2", JobTopology(job_id="j2"))
+        topo = cache.get("j1")
+        assert topo is not None and topo.attempt == 3  # reads see the writes at once
+        cache.drop("gone")
+        assert table.writes == 0 and "gone" in table  # nothing written yet
+        assert sorted(k for k, _ in cache.stored_items()) == ["j1", "j2"]  # what a timer would see
+    assert table.writes == 2 and codec.loads(table["j1"])["attempt"] == 3
+    assert "gone" not in table
+
+
+def test_a_failure_inside_a_deferred_block_still_writes_what_was_done():
+    table = WriteCountingTable()
+    cache = TableCache(table, JobTopology, bound=8)
+    try:
+        with cache.deferred():
+            cache.put("j1", JobTopology(job_id="j1"))
+            raise RuntimeError("a bad signal")
+    except RuntimeError:
+        pass
+    assert "j1" in table

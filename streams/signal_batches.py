@@ -1,0 +1,44 @@
+"""Packing a job's signals into ``SignalBatch`` messages, and unpacking them on the other side.
+
+The extract stage packs what one read of ``raw.logs`` found for each job (``pack``); every reader
+of ``signals.job`` takes a record apart with ``unpack`` and handles its signals one by one, in order,
+as if each had come alone. Readers that never see a batch (a test feeding single signals) are
+served by the same code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.signals import MAX_SIGNALS_PER_BATCH, SIGNAL_BATCH_KIND, Signal, SignalBatch
+
+
+class BadBatch(ValueError):
+    """A record that says it is a batch but does not hold a list of signals."""
+
+
+def pack(job_id: str, signals: list[Signal]) -> list[Signal | SignalBatch]:
+    """One job's signals, in order, as few messages as the batch bound allows (a lone signal is
+    sent as itself)."""
+    if len(signals) == 1:
+        return [signals[0]]
+    return [
+        SignalBatch(job_id=job_id, signals=signals[i : i + MAX_SIGNALS_PER_BATCH])
+        for i in range(0, len(signals), MAX_SIGNALS_PER_BATCH)
+    ]
+
+
+def is_batch(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("kind") == SIGNAL_BATCH_KIND
+
+
+def unpack(value: Any) -> list[Any]:
+    """The plain records inside a ``signals.job`` value (JSON-decoded): a batch's signals, else the
+    value itself. Each is still to be validated by the reader; raises :class:`BadBatch` for a batch
+    whose ``signals`` is not a non-empty list."""
+    if not is_batch(value):
+        return [value]
+    items = value.get("signals")
+    if not isinstance(items, list) or not items:
+        raise BadBatch("a signal_batch must hold a non-empty list of signals")
+    return items
