@@ -313,6 +313,24 @@ async def test_a_packed_batch_correlates_like_its_signals_sent_alone_and_a_bad_o
     assert incident.culprit.node == "gpu-03"
 
 
+async def test_the_extract_agent_packs_a_records_facts_of_one_job_into_one_batch(pipe: Pipeline):
+    lines = [
+        f"[rank{r}]:[E1129 03:10:00.426415540 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=600000) "
+        "ran for 600081 milliseconds before timing out."
+        for r in (2, 0)
+    ]
+    record = {"schema_version": 1, "lines": lines, "host": "gpu-01", "job_id": "42", "time": T0.isoformat()}
+    async with pipe.agents["extract"].test_context() as agent:
+        await agent.put(codec.dumps(record), key=b"gpu-01")
+    [(key, batch)] = pipe.sent["signals_job"]  # type: ignore[attr-defined]
+    assert key == b"42" and isinstance(batch, SignalBatch)
+    assert [(s.rule, s.rank) for s in batch.signals] == [
+        ("nccl.watchdog_timeout", 2),
+        ("nccl.watchdog_timeout", 0),
+    ]
+
+
 async def test_decide_dead_letters_a_malformed_incident_and_proposes_nothing_for_it(pipe: Pipeline):
     async with pipe.agents["decide"].test_context() as agent:
         await agent.put({"incident_id": "inc-x", "revision": "one"}, key=b"42")
