@@ -8,9 +8,15 @@ served by the same code.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from schemas.signals import MAX_SIGNALS_PER_BATCH, SIGNAL_BATCH_KIND, Signal, SignalBatch
+from streams.deadletters import dead_letter_event
+
+log = logging.getLogger("sickbay.batches")
 
 
 class BadBatch(ValueError):
@@ -42,3 +48,32 @@ def unpack(value: Any) -> list[Any]:
     if not isinstance(items, list) or not items:
         raise BadBatch("a signal_batch must hold a non-empty list of signals")
     return items
+
+
+async def handle_each(
+    event: Any,
+    key: str,
+    stage: str,
+    dlq: Any,
+    handle: Callable[[Any, bool], Awaitable[None]],
+    around: AbstractContextManager[Any] | None = None,
+) -> None:
+    """Hand each plain record of a Faust event to ``handle(value, batched)``, in order. A malformed
+    batch is dead-lettered whole; inside a batch, a signal whose handling raises is dead-lettered
+    alone and the rest are handled. ``around`` wraps a batch (the correlate step defers its table
+    writes to the batch's end)."""
+    try:
+        items = unpack(event.value)
+    except BadBatch as exc:
+        await dead_letter_event(dlq, stage, event, key, exc)
+        return
+    if len(items) == 1:
+        await handle(items[0], False)
+        return
+    with around or nullcontext():
+        for item in items:
+            try:
+                await handle(item, True)
+            except Exception as exc:  # one bad signal must not drop the rest of its batch
+                log.exception("%s failed on a batched signal", stage)
+                await dead_letter_event(dlq, stage, event, key, exc, item=item)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import ExitStack
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -45,7 +46,7 @@ from streams.correlate.state import (
 from streams.correlate.table_cache import TableCache
 from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
-from streams.signal_batches import BadBatch, unpack
+from streams.signal_batches import handle_each
 
 log = logging.getLogger("sickbay.correlate")
 TICK_INDEX_REBUILD_S = 60.0
@@ -263,22 +264,18 @@ class CorrelateStage:
         """One record of ``signals.job`` or ``control.ticks``: a signal, a batch of one job's signals
         (each handled in order, a bad one dead-lettered alone) or a tick."""
         job_id = key_str(event.key) or "?"
-        try:
-            items = unpack(event.value)
-        except BadBatch as exc:
-            await self.dead_letter("correlate", event, job_id, exc)
-            return
-        if len(items) == 1:
-            await self.on_job_value(event, job_id, items[0])
-            return
-        # the job's window, topology and placements reach their tables once per batch
-        with self.parsed_windows.deferred(), self.topologies.deferred(), self.places.deferred():
-            for item in items:
-                try:
-                    await self.on_job_value(event, job_id, item, batched=True)
-                except Exception as exc:  # one bad signal must not drop the rest of its batch
-                    log.exception("correlate failed on a batched signal")
-                    await dead_letter_event(self.t.dlq, "correlate", event, job_id, exc, item=item)
+
+        async def handle(value: Any, batched: bool) -> None:
+            await self.on_job_value(event, job_id, value, batched)
+
+        await handle_each(event, job_id, "correlate", self.t.dlq, handle, around=self._deferred_writes())
+
+    def _deferred_writes(self) -> ExitStack:
+        """The job's window, topology and placements reach their tables once per batch."""
+        stack = ExitStack()
+        for cache in (self.parsed_windows, self.topologies, self.places):
+            stack.enter_context(cache.deferred())
+        return stack
 
     async def on_job_value(self, event: Any, job_id: str, value: Any, batched: bool = False) -> None:
         now = utcnow()

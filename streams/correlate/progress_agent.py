@@ -33,7 +33,7 @@ from schemas.topics import TABLE_JOB_PROGRESS
 from streams.correlate import progress, straggler
 from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
-from streams.signal_batches import BadBatch, unpack
+from streams.signal_batches import handle_each
 
 log = logging.getLogger("sickbay.progress")
 IGNORED_ROLES = frozenset({Role.HINT.value, Role.CONFIRMATION.value})
@@ -108,20 +108,11 @@ class ProgressStage:
         """A signal, a batch of one job's signals (each in order, a bad one dead-lettered alone) or
         a tick."""
         job_id = key_str(event.key) or "?"
-        try:
-            items = unpack(event.value)
-        except BadBatch as exc:
-            await dead_letter_event(self.t.dlq, "progress", event, job_id, exc)
-            return
-        if len(items) == 1:
-            await self.on_value(event, job_id, items[0])
-            return
-        for item in items:
-            try:
-                await self.on_value(event, job_id, item, batched=True)
-            except Exception as exc:  # one bad signal must not drop the rest of its batch
-                log.exception("progress failed on a batched signal")
-                await dead_letter_event(self.t.dlq, "progress", event, job_id, exc, item=item)
+
+        async def handle(value: Any, batched: bool) -> None:
+            await self.on_value(event, job_id, value, batched)
+
+        await handle_each(event, job_id, "progress", self.t.dlq, handle)
 
     async def on_value(self, event: Any, job_id: str, value: Any, batched: bool = False) -> None:
         if isinstance(value, dict) and value.get("role") in IGNORED_ROLES:
