@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -270,12 +271,12 @@ class CorrelateStage:
 
         await handle_each(event, job_id, "correlate", self.t.dlq, handle, around=self._deferred_writes())
 
-    def _deferred_writes(self) -> ExitStack:
-        """The job's window, topology and placements reach their tables once per batch."""
-        stack = ExitStack()
-        for cache in (self.parsed_windows, self.topologies, self.places):
-            stack.enter_context(cache.deferred())
-        return stack
+    @contextmanager
+    def _deferred_writes(self) -> Iterator[None]:
+        """The job's window, topology and placements reach their tables once per batch (entered only
+        around a batch: a ``contextmanager`` runs nothing until it is entered)."""
+        with self.parsed_windows.deferred(), self.topologies.deferred(), self.places.deferred():
+            yield
 
     async def on_job_value(self, event: Any, job_id: str, value: Any, batched: bool = False) -> None:
         now = utcnow()

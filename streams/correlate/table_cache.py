@@ -64,6 +64,10 @@ class TableCache(Generic[M]):
             self.table.pop(key, None)
         remember(self.parsed, key, None, self.bound)
 
+    @property
+    def deferring(self) -> bool:
+        return self._pending is not None
+
     @contextmanager
     def deferred(self) -> Iterator[None]:
         """Inside, reads see every put and drop at once, and the table (its store and changelog) gets

@@ -239,14 +239,18 @@ async def test_a_packed_burst_of_placements_over_several_blocks_names_the_failin
     table = pipe.tables["rank_places"]
     writes: list[str] = []
     original = type(table).__setitem__
+    stage = pipe.agents["stage"]
+    caches = (stage.parsed_windows, stage.topologies, stage.places)
     async with pipe.agents["correlate"].test_context() as agent:
         await agent.put(_as_dict(alloc), key=b"44")
+        assert not any(c.deferring for c in caches)  # a lone signal writes at once
         with patch.object(
             type(table), "__setitem__", lambda t, k, v: (writes.append(k), original(t, k, v))[1]
         ):
             for start in range(0, 160, 100):  # two reads' worth
                 batch = SignalBatch(job_id="44", signals=inits[start : start + 100])
                 await agent.put(_as_dict(batch), key=b"44")
+        assert not any(c.deferring for c in caches)  # every batch wrote on its way out
         blocks = sorted(k for k in writes if "|b" in k)
         assert blocks == ["44|b0", "44|b1", "44|b1", "44|b2"]  # one write per block per read
         await agent.put(_as_dict(ecc), key=b"44")
