@@ -38,8 +38,8 @@ def dead_letter(
 async def dead_letter_event(
     dlq: Any, stage: str, event: Any, key: str | None, exc: Exception, item: Any = None
 ) -> None:
-    """Send a Faust event that a stage could not handle to the DLQ topic; with ``item``, only that
-    part of it (one signal of a ``SignalBatch``: the batch's other signals were handled)."""
+    """Send a Faust event that a stage could not handle to the DLQ topic; with ``item``, that part
+    of it (the event's value itself, or one signal of a ``SignalBatch`` whose others were handled)."""
     msg = event.message
     value = event.value if item is None else item
     raw = value if isinstance(value, bytes) else codec.dumps(value)

@@ -9,7 +9,7 @@ served by the same code.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -34,6 +34,13 @@ def pack(job_id: str, signals: list[Signal]) -> list[Signal | SignalBatch]:
     ]
 
 
+def pack_jobs(by_job: dict[bytes, list[Signal]]) -> Iterator[tuple[bytes, Signal | SignalBatch]]:
+    """(key, message) for every job's signals held by ``record.hold_job_signals``, each job packed."""
+    for key, signals in by_job.items():
+        for value in pack(key.decode(), signals):
+            yield key, value
+
+
 def is_batch(value: Any) -> bool:
     return isinstance(value, dict) and value.get("kind") == SIGNAL_BATCH_KIND
 
@@ -55,10 +62,10 @@ async def handle_each(
     key: str,
     stage: str,
     dlq: Any,
-    handle: Callable[[Any, bool], Awaitable[None]],
+    handle: Callable[[Any], Awaitable[None]],
     around: AbstractContextManager[Any] | None = None,
 ) -> None:
-    """Hand each plain record of a Faust event to ``handle(value, batched)``, in order. A malformed
+    """Hand each plain record of a Faust event to ``handle``, in order. A malformed
     batch is dead-lettered whole; inside a batch, a signal whose handling raises is dead-lettered
     alone and the rest are handled. ``around`` wraps a batch (the correlate step defers its table
     writes to the batch's end)."""
@@ -68,12 +75,12 @@ async def handle_each(
         await dead_letter_event(dlq, stage, event, key, exc)
         return
     if len(items) == 1:
-        await handle(items[0], False)
+        await handle(items[0])
         return
     with around or nullcontext():
         for item in items:
             try:
-                await handle(item, True)
+                await handle(item)
             except Exception as exc:  # one bad signal must not drop the rest of its batch
                 log.exception("%s failed on a batched signal", stage)
                 await dead_letter_event(dlq, stage, event, key, exc, item=item)

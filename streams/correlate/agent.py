@@ -266,8 +266,8 @@ class CorrelateStage:
         (each handled in order, a bad one dead-lettered alone) or a tick."""
         job_id = key_str(event.key) or "?"
 
-        async def handle(value: Any, batched: bool) -> None:
-            await self.on_job_value(event, job_id, value, batched)
+        async def handle(value: Any) -> None:
+            await self.on_job_value(event, job_id, value)
 
         await handle_each(event, job_id, "correlate", self.t.dlq, handle, around=self._deferred_writes())
 
@@ -278,7 +278,7 @@ class CorrelateStage:
         with self.parsed_windows.deferred(), self.topologies.deferred(), self.places.deferred():
             yield
 
-    async def on_job_value(self, event: Any, job_id: str, value: Any, batched: bool = False) -> None:
+    async def on_job_value(self, event: Any, job_id: str, value: Any) -> None:
         now = utcnow()
         is_tick = isinstance(value, dict) and bool(value.get("tick"))
         if isinstance(value, dict) and value.get("role") == Role.PROGRESS.value:
@@ -287,9 +287,7 @@ class CorrelateStage:
             try:
                 signal = Signal.model_validate(value)
             except ValidationError as exc:
-                await dead_letter_event(
-                    self.t.dlq, "correlate", event, job_id, exc, item=value if batched else None
-                )
+                await dead_letter_event(self.t.dlq, "correlate", event, job_id, exc, item=value)
                 return
             if signal.role == Role.PROGRESS:
                 return  # the progress agent's input; nothing here: skip loading the job's state

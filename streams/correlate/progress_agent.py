@@ -109,12 +109,12 @@ class ProgressStage:
         a tick."""
         job_id = key_str(event.key) or "?"
 
-        async def handle(value: Any, batched: bool) -> None:
-            await self.on_value(event, job_id, value, batched)
+        async def handle(value: Any) -> None:
+            await self.on_value(event, job_id, value)
 
         await handle_each(event, job_id, "progress", self.t.dlq, handle)
 
-    async def on_value(self, event: Any, job_id: str, value: Any, batched: bool = False) -> None:
+    async def on_value(self, event: Any, job_id: str, value: Any) -> None:
         if isinstance(value, dict) and value.get("role") in IGNORED_ROLES:
             return  # a hint or confirmation never changes progress: skip loading the job's state
         watch = self.load(job_id)
@@ -127,9 +127,7 @@ class ProgressStage:
         try:
             signal = Signal.model_validate(value)
         except ValidationError as exc:
-            await dead_letter_event(
-                self.t.dlq, "progress", event, job_id, exc, item=value if batched else None
-            )
+            await dead_letter_event(self.t.dlq, "progress", event, job_id, exc, item=value)
             return
         if progress.is_checkpoint_save(signal):
             # The decide step counts failures since the last checkpoint: tell it one was written.
@@ -143,11 +141,9 @@ class ProgressStage:
 
     @staticmethod
     def relevant(watch: JobWatch | None, value: Any) -> bool:
-        """Whether a record can change the job's progress state (unreadable ones are, so they
-        reach the dead-letter path)."""
+        """Whether a record that is not a hint or confirmation (``on_value`` drops those first) can
+        change the job's progress state (unreadable ones can, so they reach the dead-letter path)."""
         role = value.get("role") if isinstance(value, dict) else None
-        if role in IGNORED_ROLES:
-            return False
         return watch is not None or role in (None, Role.PROGRESS.value, Role.TOPOLOGY.value)
 
     def fold(self, watch: JobWatch | None, signal: Signal) -> JobWatch | None:

@@ -15,7 +15,7 @@ from streams.extract.extractor import Extractor
 from streams.extract.quiet import RepeatQuieter
 from streams.extract.record import DESTINATIONS, extract_record, hold_job_signals
 from streams.pipeline import Pipeline, key_str
-from streams.signal_batches import pack
+from streams.signal_batches import pack_jobs
 
 
 def register(pipe: Pipeline) -> None:
@@ -36,8 +36,7 @@ def register(pipe: Pipeline) -> None:
             by_job: dict[bytes, list[Signal]] = {}
             for out in hold_job_signals(outs, by_job):
                 await channels[out.dest].send(key=out.key, value=out.value)
-            for key, signals in by_job.items():
-                for packed in pack(key.decode(), signals):
-                    await channels["signals_job"].send(key=key, value=packed)
+            for key, packed in pack_jobs(by_job):
+                await channels["signals_job"].send(key=key, value=packed)
 
     pipe.agents["extract"] = extract

@@ -40,7 +40,7 @@ from streams.extract.quiet import RepeatQuieter
 from streams.extract.record import DESTINATIONS, Destination, extract_record, hold_job_signals
 from streams.pipeline import key_str
 from streams.settings import Settings
-from streams.signal_batches import pack
+from streams.signal_batches import pack_jobs
 
 log = logging.getLogger("sickbay.extract")
 
@@ -178,9 +178,8 @@ class BatchedExtract:
         ``SignalBatch`` allows: a job's burst (every rank's placement at start, every rank's timeout
         at a failure) costs the stateful stages one message instead of one per rank."""
         topic = self.topics["signals_job"]
-        for key, signals in by_job.items():
-            for value in pack(key.decode(), signals):
-                self._produce(topic, key, codec.dumps(value))
+        for key, value in pack_jobs(by_job):
+            self._produce(topic, key, codec.dumps(value))
 
     def _produce(self, topic: str, key: bytes, value: bytes) -> None:
         _, producer = self._clients()
