@@ -2,9 +2,9 @@
 
 Categories follow the corpus conventions (shared/corpus/README.md): GPU faults are
 ``hardware_gpu``; IB links ``hardware_network``; node loss ``hardware_host``; driver,
-GSP and NCCL-version problems ``system_software``; OOM (host or GPU), NaN, shape and
-corrupt-checkpoint errors ``application``; full or stale storage, /dev/shm, time limits
-and preemption ``infrastructure``; unexplained hangs and user cancellations ``unknown``.
+GSP and NCCL-version problems ``system_software``; OOM (host or GPU), NaN and shape errors
+``application``; full or stale storage, truncated checkpoints, /dev/shm, time limits and
+preemption ``infrastructure``; unexplained hangs and user cancellations ``unknown``.
 """
 
 from __future__ import annotations
@@ -731,6 +731,11 @@ def cuda_oom(ctx: Ctx) -> None:
 
 
 def corrupt_checkpoint(ctx: Ctx) -> None:
+    """The checkpoint to resume from is truncated: an earlier attempt died mid-save or its disk
+    filled. All three messages are what a short file gives (no zip directory, zero bytes, a short
+    header). The real corpus labels this ``infrastructure`` (dddd_trainer#36: the disk filled and
+    left a truncated checkpoint), and so does this truth; it said ``application`` until
+    2026-11-30."""
     rng, job = ctx.rng, ctx.job
     t = ctx.t_start - _s(rng.uniform(1, 5))
     final = rng.choice(
@@ -747,7 +752,7 @@ def corrupt_checkpoint(ctx: Ctx) -> None:
         first = first or events[0]
     ctx.decisive(first)
     ctx.crash(t + _s(0.5), failing[:2], fast_remote=0.7, victims=[r for r in job.ranks if r not in failing])
-    ctx.category, ctx.restartable = APP, False
+    ctx.category, ctx.restartable = INFRA, False
 
 
 # -- infrastructure ---------------------------------------------------------------------------------------
@@ -1262,8 +1267,9 @@ SCENARIO_TYPES: tuple[ScenarioType, ...] = (
     ),
     ScenarioType("app_nan_loss", APP, "loss diverges to NaN and the run stops", nan_loss),
     ScenarioType("app_cuda_oom", APP, "CUDA out of memory on one or more ranks", cuda_oom),
+    # kept at its old place in the list: a seed draws the same scenarios as before the relabel
     ScenarioType(
-        "app_corrupt_checkpoint", APP, "the checkpoint to resume from cannot be read", corrupt_checkpoint
+        "infra_corrupt_checkpoint", INFRA, "the checkpoint to resume from is truncated", corrupt_checkpoint
     ),
     ScenarioType("infra_enospc_checkpoint", INFRA, "checkpoint save hits ENOSPC", enospc),
     ScenarioType("infra_stale_nfs", INFRA, "stale NFS file handle on one node's mount", stale_nfs),
