@@ -107,8 +107,9 @@ class Incident(Contract):
     provisional: bool = Field(
         default=False,
         description=(
-            "a verdict made of cascade lines only (NCCL watchdog timeouts, peers closing), published "
-            "while the root grace still runs: a kernel log or another shipper may yet bring the root; "
-            "the decide step acts only on a revision that is not provisional"
+            "a verdict the decide step does not act on yet: cascade lines only (NCCL watchdog timeouts, "
+            "peers closing) while the root grace still runs, since a kernel log or another shipper may yet "
+            "bring the root; or an early warning (a GPU that just began throttling for a hardware reason) "
+            "until it is sustained. The decide step acts only on a revision that is not provisional"
         ),
     )

@@ -64,6 +64,7 @@ class Verdict:
     decisive: bool
     extra: dict[str, str] = field(default_factory=dict)
     uncorroborated: bool = False  # only a lone application-class Xid: no incident until the job fails
+    provisional: bool = False  # the root is an early warning (``attrs["provisional"]``): shown, not acted on
 
     def fingerprint(self) -> str:
         """What the decide step acts on; a change here is worth an immediate revision."""
@@ -654,6 +655,7 @@ def attribute(
         coverage=sorted(kinds),
         decisive=root.decisive,
         uncorroborated=_uncorroborated(roots, window),
+        provisional=root.attrs.get("provisional") is True,
     )
 
 

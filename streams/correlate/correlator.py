@@ -13,7 +13,10 @@ persist what comes back. Timing rules:
 - a change of root, culprit, category or isolation emits a revision at once;
   other new evidence is coalesced and emitted on the next tick;
 - a window closes (final revision, status ``closed``) after ``quiet_s`` without
-  new signals, or ``root_grace_s`` after the job ended.
+  new signals, or ``root_grace_s`` after the job ended;
+- a root that is itself an early warning (a GPU that just started throttling, see
+  ``straggler``) emits at once as *provisional*, and stays provisional until a root that
+  can be acted on arrives, up to and including the closing revision.
 """
 
 from __future__ import annotations
@@ -368,6 +371,15 @@ def _provisional(
     return window, None
 
 
+def _warning(
+    window: IncidentWindow, topo: JobTopology | None, verdict: Verdict, now: datetime, closed: bool
+) -> tuple[IncidentWindow, Incident | None]:
+    """An early-warning root: provisional revisions when it is new or changed, and when the window closes."""
+    if closed or window.revision == 0 or verdict.fingerprint() != window.fingerprint:
+        return _emit(window, topo, verdict, now, closed=closed, provisional=True)
+    return window, None
+
+
 def failed(topo: JobTopology | None) -> bool:
     """The job's attempt ended other than with exit status 0 (killed, requeued, pods deleted)."""
     return topo is not None and topo.ended_at is not None and topo.end_state != "WEXITSTATUS 0"
@@ -390,6 +402,8 @@ def decide_now(
         return _provisional(window, topo, verdict, now, timing)  # the final verdict waits (see tick)
     if window.revision == 0 and verdict.uncorroborated and not failed(topo):
         return window, None  # a lone application-class Xid waits for the job to fail (see tick)
+    if verdict.provisional:
+        return _warning(window, topo, verdict, now, closed=False)
     if window.revision == 0 or window.provisional or verdict.fingerprint() != window.fingerprint:
         return _emit(window, topo, verdict, now)  # a root ends a provisional verdict at once
     return window, None
@@ -418,6 +432,8 @@ def tick(
         # nothing failed: close quietly when the window goes quiet (a job that ends cleanly too)
         closing = quiet or job_over
         return (window.model_copy(update={"closed": True}), None) if closing else (window, None)
+    if verdict.provisional:
+        return _warning(window, topo, verdict, now, closed=quiet or job_over)
     if window.revision == 0 or window.provisional:
         grace_over = (now - window.opened_at) >= timedelta(seconds=timing.root_grace_s)
         if window.roots or grace_over or quiet or job_over:

@@ -19,6 +19,13 @@ measurably slow and the GPU says why); a bare software power cap or no reason st
 ``unknown``. An idle GPU (bit 0x1, or utilisation 0) is never a straggler.
 A straggler is reported once per episode; recovery (the score back above the threshold plus
 ``recover_margin``) re-arms.
+
+**Early warning.** The sustain window keeps a passing throttle from draining a node, but it also
+holds back what an operator wants to know at once: the first sample in which a GPU runs below
+``throttled_threshold`` of its peers *and* reports a hardware throttle reason is published as a
+*provisional* straggler (``STRAGGLER_EARLY_RULE``, ``attrs["provisional"]``). The correlator
+shows it as a provisional incident and the decide step does not act on it; the sustained
+finding, or nothing when the GPU recovers, follows. One early warning per episode.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from schemas.telemetry import GpuTelemetry
 
 WINDOW = 5
 STRAGGLER_GPU_RULE = "straggler.gpu_slow"
+STRAGGLER_EARLY_RULE = "straggler.gpu_throttled"  # the provisional early warning
 STRAGGLER_RANK_RULE = "straggler.rank_slow"
 
 SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"
@@ -88,6 +96,7 @@ class Pace(BaseModel):
     below_since: UtcDatetime | None = None
     below_samples: int = 0
     reported: bool = False
+    warned: bool = False  # the early warning of this episode went out
     node: str | None = None  # ranks: where the rank runs
     gpu_id: str | None = None  # PCI bus id (or uuid) when the telemetry names it
 
@@ -120,6 +129,7 @@ class Straggler:
     gpu_id: str | None
     temp: float | None
     power: float | None
+    early: bool = False  # the provisional early warning, not the sustained finding
 
 
 def throttle_reasons(mask: int) -> list[str]:
@@ -224,8 +234,55 @@ def score(board: PaceBoard, entry: str) -> float | None:
     return min(1.0, cur / ref)
 
 
+def latest_score(board: PaceBoard, entry: str) -> float | None:
+    """The newest sample alone against the peers' reference (the early warning's measure)."""
+    p = board.entries.get(entry)
+    if p is None or _idle(p) or not p.values:
+        return None
+    ref = _reference(board, entry)
+    if ref is None or ref <= 0:
+        return None
+    return min(1.0, p.values[-1] / ref)
+
+
+def _found(
+    board: PaceBoard, entry: str, p: Pace, s: float, current: float, since: datetime, early: bool
+) -> Straggler:
+    category, decisive = classify(p.throttle)
+    return Straggler(
+        key=board.key,
+        entry=entry,
+        score=round(s, 3),
+        current=current,
+        best=_reference(board, entry) or 0.0,
+        since=since,
+        at=p.last_time or since,
+        throttle=p.throttle,
+        category=category,
+        decisive=decisive and not early,
+        node=p.node,
+        gpu_id=p.gpu_id,
+        temp=p.temp,
+        power=p.power,
+        early=early,
+    )
+
+
+def _early_warning(
+    board: PaceBoard, entry: str, p: Pace, at: datetime, cfg: StragglerConfig
+) -> tuple[Pace, Straggler | None]:
+    """The first sample below the throttled bar with a hardware throttle reason (once per episode)."""
+    if p.warned or p.reported or not classify(p.throttle)[1]:
+        return p, None
+    raw = latest_score(board, entry)
+    if raw is None or raw >= cfg.bar(p.throttle):
+        return p, None
+    warned = p.model_copy(update={"warned": True})
+    return warned, _found(board, entry, warned, raw, p.values[-1], p.below_since or at, early=True)
+
+
 def evaluate(board: PaceBoard, entry: str, cfg: StragglerConfig) -> tuple[PaceBoard, Straggler | None]:
-    """Update the entry's episode after a new sample; a straggler when it is sustained."""
+    """Update the entry's episode after a new sample: the sustained straggler, or its early warning."""
     p = board.entries.get(entry)
     if p is None or p.last_time is None:
         return board, None
@@ -233,35 +290,27 @@ def evaluate(board: PaceBoard, entry: str, cfg: StragglerConfig) -> tuple[PaceBo
     s = score(board, entry)
     bar = cfg.bar(p.throttle)
     if s is None or s >= bar:
-        if p.below_since is None and not p.reported:
+        p, early = _early_warning(board, entry, p, at, cfg)
+        if early is not None:
+            return board.model_copy(update={"entries": {**board.entries, entry: p}}), early
+        if p.below_since is None and not p.reported and not p.warned:
             return board, None
-        if s is not None and s < bar + cfg.recover_margin and p.reported:
+        if s is not None and s < bar + cfg.recover_margin and (p.reported or p.warned):
             return board, None  # hovering just above the bar: the episode goes on
-        p = p.model_copy(update={"below_since": None, "below_samples": 0, "reported": False})
+        raw = latest_score(board, entry)
+        if p.warned and not p.reported and p.below_since is None and raw is not None and raw < bar:
+            return board, None  # still below on the newest sample: the median has not caught up yet
+        p = p.model_copy(update={"below_since": None, "below_samples": 0, "reported": False, "warned": False})
         return board.model_copy(update={"entries": {**board.entries, entry: p}}), None
     since = p.below_since or at
     p = p.model_copy(update={"below_since": since, "below_samples": p.below_samples + 1})
     found: Straggler | None = None
     sustained = (at - since) >= timedelta(seconds=cfg.sustain_s)
     if not p.reported and sustained and p.below_samples >= cfg.min_samples:
-        category, decisive = classify(p.throttle)
-        found = Straggler(
-            key=board.key,
-            entry=entry,
-            score=round(s, 3),
-            current=p.median() or 0.0,
-            best=_reference(board, entry) or 0.0,
-            since=since,
-            at=at,
-            throttle=p.throttle,
-            category=category,
-            decisive=decisive,
-            node=p.node,
-            gpu_id=p.gpu_id,
-            temp=p.temp,
-            power=p.power,
-        )
+        found = _found(board, entry, p, s, p.median() or 0.0, since, early=False)
         p = p.model_copy(update={"reported": True})
+    else:
+        p, found = _early_warning(board, entry, p, at, cfg)
     return board.model_copy(update={"entries": {**board.entries, entry: p}}), found
 
 
@@ -279,6 +328,9 @@ def gpu_straggler_signal(found: Straggler, observed: datetime) -> Signal:
         f"GPU {found.entry} on {found.key} runs at {found.score:.0%} of its peers' SM clock "
         f"({found.current:.0f} vs {found.best:.0f} MHz{temp}{why})"
     )
+    if found.early:
+        summary += "; watching whether it lasts before acting"
+    rule = STRAGGLER_EARLY_RULE if found.early else STRAGGLER_GPU_RULE
     attrs: dict[str, AttrValue] = {
         "score": found.score,
         "gpu_index": found.entry,
@@ -291,9 +343,11 @@ def gpu_straggler_signal(found: Straggler, observed: datetime) -> Signal:
         attrs["temp_c"] = found.temp
     if found.power is not None:
         attrs["power_w"] = found.power
+    if found.early:
+        attrs["provisional"] = True
     return Signal(
-        signal_id=straggler_id(STRAGGLER_GPU_RULE, found.key, found.entry, found.since),
-        rule=STRAGGLER_GPU_RULE,
+        signal_id=straggler_id(rule, found.key, found.entry, found.since),
+        rule=rule,
         role=Role.ROOT_CANDIDATE,
         category=found.category,
         summary=summary,
@@ -305,7 +359,7 @@ def gpu_straggler_signal(found: Straggler, observed: datetime) -> Signal:
         restartable=True,
         isolation="gpu" if found.decisive else "none",
         decisive=found.decisive,
-        weight=60,
+        weight=50 if found.early else 60,
         text=summary,
         source=SourceRef(kind="telemetry", adapter="straggler-detector"),
     )

@@ -221,7 +221,10 @@ def plan(
     if incident.provisional:
         return Plan(
             rule="provisional",
-            notes=["holding: a cascade-only verdict inside the root grace; acting on the final revision"],
+            notes=[
+                "holding: a provisional verdict (cascades only inside the root grace, or an early warning "
+                "not yet sustained); acting on the final revision"
+            ],
         )
 
     info = record.info

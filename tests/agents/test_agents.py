@@ -337,7 +337,7 @@ async def test_a_cascade_only_incident_is_shown_provisional_at_once_and_acted_on
         await agent.put(_as_dict(provisional.model_copy(update=fresh)), key=b"42")
         assert pipe.sent["actions"] == []
         held = [a for _, a in pipe.sent["audit"] if a.event == "action.held"]
-        assert any("cascade-only verdict" in a.details["note"] for a in held)
+        assert any("a provisional verdict" in a.details["note"] for a in held)
         await agent.put(_as_dict(final.model_copy(update=fresh)), key=b"42")
     assert [a.kind for _, a in pipe.sent["actions"]] == [ActionKind.REQUEUE_JOB]
 

@@ -210,7 +210,9 @@ async def test_progress_agent_dead_letters_a_malformed_signal_and_keeps_going(h:
     assert h.pipe.tables["job_progress"].get("42") is not None
 
 
-async def test_gpu_health_agent_reports_a_thermally_throttled_gpu_once_as_a_node_fact(h: Harness) -> None:
+async def test_gpu_health_agent_warns_of_a_thermally_throttled_gpu_then_reports_it_once_as_a_node_fact(
+    h: Harness,
+) -> None:
     async with h.pipe.agents["gpu_health"].test_context() as agent:
         for minute in range(12):
             for gpu in range(4):
@@ -223,8 +225,11 @@ async def test_gpu_health_agent_reports_a_thermally_throttled_gpu_once_as_a_node
                     _d(_sample(gpu, minute * 60.0, DCGM_FI_DEV_SM_CLOCK=1150.0 if hot else 1980.0)),
                     key=b"gpu-02",
                 )
-    [(key, signal)] = h.sent["signals_node"]
-    assert key == b"gpu-02" and signal.rule == straggler.STRAGGLER_GPU_RULE
+    [(key, warning), (key2, signal)] = h.sent["signals_node"]
+    assert key == key2 == b"gpu-02"
+    assert warning.rule == straggler.STRAGGLER_EARLY_RULE and warning.attrs["provisional"] is True
+    assert warning.event_time == T0 + timedelta(minutes=3)  # the first hot sample
+    assert signal.rule == straggler.STRAGGLER_GPU_RULE
     assert (signal.node, signal.gpu, signal.category) == ("gpu-02", "00000000:0B:00.0", Category.HARDWARE_GPU)
     assert signal.decisive and signal.isolation == "gpu" and signal.job_id is None
     assert h.sent["dlq"] == []

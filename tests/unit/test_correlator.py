@@ -3,6 +3,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from schemas.incidents import Category, IncidentStatus
+from schemas.signals import Signal
+from schemas.telemetry import GpuTelemetry
+from streams.correlate import straggler
 from streams.correlate.correlator import Timing, add_signal, apply_topology, decide_now, incident_id, tick
 from tests.factories import T0, cuda_error, kernel_xid, nccl_timeout, one, slurmctld_allocate, slurmctld_line
 
@@ -262,3 +265,52 @@ def test_a_signal_long_after_the_end_opens_its_own_incident():
         window, topo, kernel_xid("gpu-02", 79, T0 + timedelta(hours=2)), NOW + timedelta(seconds=30), 2
     )
     assert other is not None and other.incident_id != first.incident_id
+
+
+def _throttled_gpu(minutes: int) -> list[Signal]:
+    """gpu-03's GPU 1 throttles (HW thermal) from minute 2: the detector's node facts, routed to job 42."""
+    board: straggler.PaceBoard | None = None
+    out: list[Signal] = []
+    for i in range(minutes):
+        for g in range(4):
+            hot = g == 1 and i >= 2
+            metrics = {
+                straggler.THROTTLE: 64.0 if hot else 0.0,
+                straggler.SM_CLOCK: 1150.0 if hot else 1980.0,
+            }
+            sample = GpuTelemetry(
+                time=T0 + timedelta(minutes=i), node="gpu-03", gpu=g, source="dcgm-exporter", metrics=metrics
+            )
+            board = straggler.observe_telemetry(board, sample)
+            board, found = straggler.evaluate(board, str(g), straggler.StragglerConfig())
+            if found is not None:
+                sig = straggler.gpu_straggler_signal(found, NOW)
+                out.append(sig.model_copy(update={"job_id": "42", "routed": True}))
+    return out
+
+
+def test_an_early_throttle_warning_is_a_provisional_incident_at_once_and_the_sustained_one_is_final():
+    topo, _ = _topology()
+    warning, sustained = _throttled_gpu(10)
+    window = add_signal(None, topo, warning, "c1", NOW)
+    window, first = decide_now(window, topo, NOW, TIMING)
+    assert first is not None and first.provisional and first.revision == 1
+    assert first.category == Category.HARDWARE_GPU and first.culprit is not None
+    assert first.culprit.node == "gpu-03" and first.isolate == []
+    window, nothing = tick(window, topo, NOW + timedelta(seconds=30), TIMING)
+    assert nothing is None  # unchanged: no new provisional revision
+    window = add_signal(window, topo, sustained, "c1", NOW + timedelta(seconds=60))
+    window, final = decide_now(window, topo, NOW + timedelta(seconds=60), TIMING)
+    assert final is not None and not final.provisional
+    assert final.incident_id == first.incident_id and final.revision == 2
+    assert final.root_cause.rule == "straggler.gpu_slow" and final.isolate
+
+
+def test_an_early_throttle_warning_that_never_lasts_closes_still_provisional():
+    topo, _ = _topology()
+    warning = _throttled_gpu(3)[0]
+    window = add_signal(None, topo, warning, "c1", NOW)
+    window, _ = decide_now(window, topo, NOW, TIMING)
+    window, closing = tick(window, topo, NOW + timedelta(seconds=TIMING.quiet_s), TIMING)
+    assert closing is not None and closing.status == IncidentStatus.CLOSED
+    assert closing.provisional  # the decide step never acts on it

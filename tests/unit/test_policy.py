@@ -41,7 +41,7 @@ def test_a_provisional_revision_is_held_and_its_final_revision_acts():
     inc = _incident()
     held, notes = advise(inc.model_copy(update={"provisional": True}), PolicyConfig(mode=Mode.ACT), NOW)
     assert held == []
-    assert any(n.startswith("holding: a cascade-only verdict") for n in notes)
+    assert any(n.startswith("holding: a provisional verdict") for n in notes)
     final, _ = advise(inc.model_copy(update={"revision": 2}), PolicyConfig(mode=Mode.ACT), NOW)
     assert [a.kind for a in final] == [ActionKind.DRAIN_NODE, ActionKind.REQUEUE_JOB]
 

@@ -30,20 +30,27 @@ def sample(gpu: int, at: float, clock: float | None = None, **metrics: float) ->
 
 
 def run(
-    minutes: int, slow_from: int, slow_clock: float = 1150.0, throttle: int = HW_THERMAL, gpus: int = 4
+    minutes: int,
+    slow_from: int,
+    slow_clock: float = 1150.0,
+    throttle: int = HW_THERMAL,
+    gpus: int = 4,
+    early: bool = False,
+    slow_until: int = 10**6,
 ) -> tuple[PaceBoard, list[straggler.Straggler]]:
-    """Every GPU samples once a minute; GPU 1 slows (and throttles) from minute ``slow_from``."""
+    """Every GPU samples once a minute; GPU 1 slows (and throttles) from minute ``slow_from`` to
+    ``slow_until``. ``found`` holds the sustained findings, and the early warnings too with ``early``."""
     board: PaceBoard | None = None
     found: list[straggler.Straggler] = []
     for i in range(minutes):
         for g in range(gpus):
-            slow = g == 1 and i >= slow_from
+            slow = g == 1 and slow_from <= i < slow_until
             board = observe_telemetry(
                 board, sample(g, i * 60, **{straggler.THROTTLE: throttle if slow else 0})
             )
             board = observe_telemetry(board, sample(g, i * 60, slow_clock if slow else 1980.0))
             board, f = evaluate(board, str(g), CFG)
-            if f is not None:
+            if f is not None and (early or not f.early):
                 found.append(f)
     assert board is not None
     return board, found
@@ -61,6 +68,41 @@ def test_a_throttled_gpu_is_reported_once_after_the_sustain_window():
     assert (f.key, f.entry) == ("gpu-02", "1")
     assert f.score < 0.75 and f.category == Category.HARDWARE_GPU and f.decisive
     assert (f.at - f.since) >= timedelta(seconds=120)
+
+
+def test_a_hardware_throttled_gpu_is_warned_of_at_its_first_slow_sample_then_confirmed():
+    _, found = run(15, slow_from=5, early=True)
+    assert [f.early for f in found] == [True, False]
+    warning, confirmed = found
+    assert warning.at == T0 + timedelta(minutes=5)  # the first throttled sample, no sustain window
+    assert warning.score == round(1150.0 / 1980.0, 3) and warning.current == 1150.0
+    assert warning.category == Category.HARDWARE_GPU and not warning.decisive
+    assert confirmed.decisive and confirmed.at > warning.at
+
+
+def test_a_slow_gpu_without_a_hardware_throttle_reason_gets_no_early_warning():
+    _, found = run(15, slow_from=5, throttle=straggler.THROTTLE_SW_POWER_CAP, early=True)
+    assert [f.early for f in found] == [False]
+
+
+def test_a_passing_throttle_is_warned_of_once_and_never_confirmed():
+    board, found = run(15, slow_from=5, slow_until=6, early=True)
+    assert [(f.early, f.at) for f in found] == [(True, T0 + timedelta(minutes=5))]
+    assert board.entries["1"].warned is False  # back at full clock: the next episode warns again
+
+
+def test_a_throttle_lasting_two_samples_warns_once():
+    _, found = run(15, slow_from=5, slow_until=7, early=True)
+    assert [f.early for f in found] == [True]
+
+
+def test_early_warning_signal_is_provisional_and_isolates_nothing():
+    _, found = run(8, slow_from=5, early=True)
+    signal = straggler.gpu_straggler_signal(found[0], T0)
+    assert signal.rule == straggler.STRAGGLER_EARLY_RULE and signal.attrs["provisional"] is True
+    assert signal.isolation == "none" and not signal.decisive and signal.category == Category.HARDWARE_GPU
+    assert (signal.node, signal.gpu) == ("gpu-02", "00000000:0B:00.0")
+    assert "watching whether it lasts" in signal.summary
 
 
 def _dip(minutes: tuple[int, ...], cfg: StragglerConfig) -> list[straggler.Straggler]:
