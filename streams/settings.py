@@ -86,6 +86,13 @@ class Settings(BaseSettings):
     extract_poll_s: float = Field(
         default=0.05, gt=0, description="longest wait for a batch to fill (adds at most this latency)"
     )
+    gil_switch_interval_s: float = Field(
+        default=0.0005,
+        gt=0,
+        le=0.1,
+        description="sys.setswitchinterval for the worker: the extract thread and the event loop share one "
+        "GIL, and at Python's 5 ms default the loop waits for the busy thread after each socket call",
+    )
 
     # Correlation timing
     root_grace_s: float = Field(default=20.0, ge=0, description="wait this long for a root after a cascade")
