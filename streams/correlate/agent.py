@@ -176,7 +176,9 @@ class CorrelateStage:
         if isinstance(value, dict) and value.get("tick"):
             current = self.node_states.get(node)
             if current is not None:
-                self._keep_node_state(node, await self.release_unclaimed(node, current, utcnow()))
+                released = await self.release_unclaimed(node, current, utcnow())
+                if released is not current:
+                    self._keep_node_state(node, released)
             return
         try:
             if isinstance(value, dict) and "signal_id" in value:
@@ -244,6 +246,8 @@ class CorrelateStage:
                 await self.forward(sig, node_job)
             elif waited < self.lateness:
                 keep.append(sig)
+        if len(keep) == len(state.pending):
+            return state  # nothing released or expired: the caller writes nothing
         return state.model_copy(update={"pending": keep})
 
     # -- correlate: keyed by job ----------------------------------------------------------------
@@ -407,14 +411,17 @@ class CorrelateStage:
     async def on_tick(
         self, job_id: str, window: IncidentWindow, topo: JobTopology | None, now: datetime
     ) -> None:
-        window, incident = tick(window, topo, now, self.timing, self.place_of(job_id))
+        after, incident = tick(window, topo, now, self.timing, self.place_of(job_id))
         await self.publish(incident)
-        if window.closed and now - window.last_signal_at > self.lateness:
+        if after.closed and now - after.last_signal_at > self.lateness:
             self._drop_window(job_id)
             if topo is not None and topo.ended_at is not None:
                 self.drop_job_state(job_id)
-        else:
-            self._keep_window(job_id, window)
+        elif after is not window:
+            # ``tick`` hands back the same window when nothing changed, which is most ticks: every open
+            # window is ticked each second, and rewriting its tens of KB to the store and the changelog
+            # each time cost a few % of the worker and most of the changelog's volume
+            self._keep_window(job_id, after)
 
     async def send_ticks(self) -> None:
         """Timer body: it may not change tables, so it asks the streams to tick each live window

@@ -8,12 +8,15 @@ import uuid
 from collections import defaultdict
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
 from unittest.mock import AsyncMock, patch
 
 import pytest
 
 from schemas import codec
 from schemas.actions import Action, ActionKind, Mode
+from schemas.base import utcnow
 from schemas.deadletter import DeadLetter
 from schemas.incidents import Category, Incident
 from schemas.signals import JobNodeAssignment, Signal, SignalBatch
@@ -409,3 +412,56 @@ async def test_the_refine_timer_ticks_open_windows_from_its_index_and_rebuilds_i
     await stage.forget_caches()  # what a rebalance calls
     await stage.send_ticks()
     assert sorted(k for k, _ in pipe.sent["ticks_job"][2:]) == [b"42", b"43"]
+
+
+class _CountingTable:
+    """Stands in for a Faust table outside a stream (which refuses writes there) and records them."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.writes = real, []
+
+    def get(self, key: str) -> Any:
+        return self.real.get(key)
+
+    def __setitem__(self, key: str, value: bytes) -> None:
+        self.writes.append(key)
+
+    def pop(self, key: str, default: Any = None) -> Any:
+        self.writes.append(key)
+        return default
+
+
+async def test_a_tick_that_changes_nothing_rewrites_no_window_and_one_that_closes_it_writes_once(
+    pipe: Pipeline,
+):
+    stage = pipe.agents["stage"]
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put(_as_dict(one(kernel_xid("gpu-03", 79, T0), offset=1)), key=b"42")
+    window = stage.parsed_windows.get("42")
+    assert window is not None and window.revision == 1  # the fast incident went out
+    counting = _CountingTable(stage.parsed_windows.table)
+    stage.parsed_windows.table = counting
+    topo = stage.topologies.get("42")
+    for second in range(1, 6):  # the refine timer's ticks while nothing new arrives
+        await stage.on_tick(
+            "42", stage.parsed_windows.get("42"), topo, window.last_signal_at + timedelta(seconds=second)
+        )
+    assert counting.writes == []
+    quiet = window.last_signal_at + timedelta(seconds=stage.timing.quiet_s + 1)
+    await stage.on_tick("42", stage.parsed_windows.get("42"), topo, quiet)
+    assert counting.writes == ["42"]
+    closed = stage.parsed_windows.get("42")
+    assert closed is not None and closed.closed and closed.revision == 2
+
+
+async def test_a_node_tick_that_releases_nothing_rewrites_no_node_state(pipe: Pipeline):
+    stage = pipe.agents["stage"]
+    fresh = one(kernel_xid("gpu-09", 79, T0), offset=3).model_copy(update={"observed_time": utcnow()})
+    async with pipe.agents["route"].test_context() as agent:
+        await agent.put(_as_dict(fresh), key=b"gpu-09")  # no job on gpu-09 yet: it waits the grace
+    state = stage.node_states.get("gpu-09")
+    assert state is not None and [s.signal_id for s in state.pending] == [fresh.signal_id]
+    counting = _CountingTable(stage.node_states.table)
+    stage.node_states.table = counting
+    await stage.on_node_event(SimpleNamespace(key=b"gpu-09", value={"tick": True}))
+    assert counting.writes == [] and pipe.sent["signals_job"] == []
