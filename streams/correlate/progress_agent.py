@@ -21,6 +21,8 @@ that a replay keeps minutes apart).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -83,11 +85,14 @@ class ProgressStage:
         # table's JSON on every signal costs more than the detection itself. Cleared whenever
         # partitions move (the table, restored from its changelog, is the truth).
         self.cache: dict[str, JobWatch] = {}
+        self._pending: dict[str, JobWatch] | None = None  # inside a batch: job -> state to write at its end
         pipe.app.on_partitions_revoked.connect(self.forget)
         pipe.app.on_partitions_assigned.connect(self.forget)
 
     def load(self, job_id: str) -> JobWatch | None:
         """The job's state: the parsed copy this worker wrote last, else the table's."""
+        if self._pending is not None and job_id in self._pending:
+            return self._pending[job_id]
         cached = self.cache.get(job_id)
         if cached is not None:
             return cached
@@ -95,10 +100,29 @@ class ProgressStage:
         return JobWatch.model_validate(raw) if raw else None
 
     def save(self, job_id: str, watch: JobWatch) -> None:
-        self.table[job_id] = watch.model_dump(mode="json")
+        if self._pending is not None:
+            self._pending[job_id] = watch
+        else:
+            self.table[job_id] = watch.model_dump(mode="json")
         if len(self.cache) >= MAX_CACHED and job_id not in self.cache:
             self.cache.clear()
         self.cache[job_id] = watch
+
+    @contextmanager
+    def deferred_saves(self) -> Iterator[None]:
+        """Around one batch of a job's signals: the job's state is written once, at the batch's end,
+        not once per iteration line (a packed read holds many). The write lands before the batch's
+        offset can be committed, so a crash replays the whole batch."""
+        if self._pending is not None:
+            yield
+            return
+        self._pending = {}
+        try:
+            yield
+        finally:
+            pending, self._pending = self._pending, None
+            for job_id, watch in pending.items():
+                self.table[job_id] = watch.model_dump(mode="json")
 
     async def forget(self, *_: Any, **__: Any) -> None:
         """Partitions moved: parsed copies may be stale, the table is the truth again."""
@@ -112,7 +136,7 @@ class ProgressStage:
         async def handle(value: Any) -> None:
             await self.on_value(event, job_id, value)
 
-        await handle_each(event, job_id, "progress", self.t.dlq, handle)
+        await handle_each(event, job_id, "progress", self.t.dlq, handle, around=self.deferred_saves())
 
     async def on_value(self, event: Any, job_id: str, value: Any) -> None:
         if isinstance(value, dict) and value.get("role") in IGNORED_ROLES:

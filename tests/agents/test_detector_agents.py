@@ -177,6 +177,37 @@ async def test_progress_agent_reads_a_packed_batch_as_the_same_signals_sent_alon
     assert codec.loads(base64.b64decode(letters[0].original_b64))["attrs"]["step"] == 999  # the bad one alone
 
 
+class _CountingWrites:
+    """Wraps a Faust table and counts writes per key (inside a stream, where writes are allowed)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.writes = real, defaultdict(int)
+
+    def get(self, key: str) -> Any:
+        return self.real.get(key)
+
+    def items(self) -> Any:
+        return self.real.items()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.writes[key] += 1
+        self.real[key] = value
+
+
+async def test_progress_agent_writes_a_jobs_state_once_per_batch_with_its_last_value(h: Harness) -> None:
+    stage = h.pipe.agents["progress_stage"]
+    counting = _CountingWrites(stage.table)
+    stage.table = counting
+    steps = [_progress("42", (i + 1) * 10, i * 60.0) for i in range(6)]
+    async with h.pipe.agents["progress"].test_context() as agent:
+        await agent.put(_d(SignalBatch(job_id="42", signals=steps)), key=b"42")
+        await agent.put(_d(_progress("42", 70, 360.0)), key=b"42")  # alone: written at once
+    assert counting.writes == {"42": 2}
+    stage.cache.clear()  # read back what the table holds, not the parsed copy
+    watch = stage.load("42")
+    assert watch is not None and [src.last_step for src in watch.progress.sources.values()] == [70]
+
+
 async def test_progress_agent_does_not_tick_a_job_that_keeps_progressing(h: Harness) -> None:
     stage = h.pipe.agents["progress_stage"]
     async with h.pipe.agents["progress"].test_context() as agent:
