@@ -21,8 +21,7 @@ that a replay keeps minutes apart).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +32,7 @@ from schemas.jobs import JobInfo
 from schemas.signals import Role, Signal
 from schemas.topics import TABLE_JOB_PROGRESS
 from streams.correlate import progress, straggler
+from streams.correlate.table_cache import DeferredWrites
 from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
 from streams.signal_batches import handle_each
@@ -85,14 +85,15 @@ class ProgressStage:
         # table's JSON on every signal costs more than the detection itself. Cleared whenever
         # partitions move (the table, restored from its changelog, is the truth).
         self.cache: dict[str, JobWatch] = {}
-        self._pending: dict[str, JobWatch] | None = None  # inside a batch: job -> state to write at its end
+        self._held: DeferredWrites[JobWatch] = DeferredWrites(self._write)
         pipe.app.on_partitions_revoked.connect(self.forget)
         pipe.app.on_partitions_assigned.connect(self.forget)
 
     def load(self, job_id: str) -> JobWatch | None:
         """The job's state: the parsed copy this worker wrote last, else the table's."""
-        if self._pending is not None and job_id in self._pending:
-            return self._pending[job_id]
+        held = self._held.pending
+        if held is not None and held.get(job_id) is not None:
+            return held[job_id]
         cached = self.cache.get(job_id)
         if cached is not None:
             return cached
@@ -100,29 +101,20 @@ class ProgressStage:
         return JobWatch.model_validate(raw) if raw else None
 
     def save(self, job_id: str, watch: JobWatch) -> None:
-        if self._pending is not None:
-            self._pending[job_id] = watch
-        else:
-            self.table[job_id] = watch.model_dump(mode="json")
+        if not self._held.hold(job_id, watch):
+            self._write(job_id, watch)
         if len(self.cache) >= MAX_CACHED and job_id not in self.cache:
             self.cache.clear()
         self.cache[job_id] = watch
 
-    @contextmanager
-    def deferred_saves(self) -> Iterator[None]:
+    def _write(self, job_id: str, watch: JobWatch | None) -> None:
+        if watch is not None:
+            self.table[job_id] = watch.model_dump(mode="json")
+
+    def deferred_saves(self) -> AbstractContextManager[None]:
         """Around one batch of a job's signals: the job's state is written once, at the batch's end,
-        not once per iteration line (a packed read holds many). The write lands before the batch's
-        offset can be committed, so a crash replays the whole batch."""
-        if self._pending is not None:
-            yield
-            return
-        self._pending = {}
-        try:
-            yield
-        finally:
-            pending, self._pending = self._pending, None
-            for job_id, watch in pending.items():
-                self.table[job_id] = watch.model_dump(mode="json")
+        not once per iteration line (a packed read holds many); see ``DeferredWrites``."""
+        return self._held.around()
 
     async def forget(self, *_: Any, **__: Any) -> None:
         """Partitions moved: parsed copies may be stale, the table is the truth again."""

@@ -11,8 +11,8 @@ table behind the writer's back.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -31,17 +31,58 @@ def remember(cache: dict[str, Any], key: str, value: Any, bound: int) -> None:
     cache[key] = value
 
 
+V = TypeVar("V")
+
+
+class DeferredWrites(Generic[V]):
+    """A batch's table writes, held back: inside ``around()`` each key keeps only its last value
+    (``None``: delete), and ``write`` gets each key once on the way out. Only around the handling of
+    one event: the writes land before its offset can be committed, so a crash replays the whole
+    event. Nested blocks write with the outermost one."""
+
+    def __init__(self, write: Callable[[str, V | None], None]) -> None:
+        self.write = write
+        self.pending: dict[str, V | None] | None = None
+
+    def hold(self, key: str, value: V | None) -> bool:
+        """Keep the write for the batch's end; ``False`` outside a batch (the caller writes now)."""
+        if self.pending is None:
+            return False
+        self.pending[key] = value
+        return True
+
+    @contextmanager
+    def around(self) -> Iterator[None]:
+        if self.pending is not None:
+            yield
+            return
+        self.pending = {}
+        try:
+            yield
+        finally:
+            pending, self.pending = self.pending, None
+            for key, value in pending.items():
+                self.write(key, value)
+
+
 class TableCache(Generic[M]):
     def __init__(self, table: Any, model: type[M], bound: int) -> None:
         self.table = table
         self.model = model
         self.bound = bound
         self.parsed: dict[str, M | None] = {}
-        self._pending: dict[str, M | None] | None = None  # inside ``deferred``: key -> last value
+        self._held: DeferredWrites[M] = DeferredWrites(self._write)
+
+    def _write(self, key: str, value: M | None) -> None:
+        if value is None:
+            self.table.pop(key, None)
+        else:
+            self.table[key] = codec.dumps(value)
 
     def get(self, key: str) -> M | None:
-        if self._pending is not None and key in self._pending:
-            return self._pending[key]
+        pending = self._held.pending
+        if pending is not None and key in pending:
+            return pending[key]
         if key in self.parsed:
             return self.parsed[key]
         raw = self.table.get(key)
@@ -50,43 +91,25 @@ class TableCache(Generic[M]):
         return value
 
     def put(self, key: str, value: M) -> None:
-        if self._pending is not None:
-            self._pending[key] = value
-        else:
-            self.table[key] = codec.dumps(value)
+        if not self._held.hold(key, value):
+            self._write(key, value)
         remember(self.parsed, key, value, self.bound)
 
     def drop(self, key: str) -> None:
         """Forget the key; a key the table does not hold writes nothing to the changelog."""
-        if self._pending is not None:
-            self._pending[key] = None
-        else:
-            self.table.pop(key, None)
+        if not self._held.hold(key, None):
+            self._write(key, None)
         remember(self.parsed, key, None, self.bound)
 
     @property
     def deferring(self) -> bool:
-        return self._pending is not None
+        return self._held.pending is not None
 
-    @contextmanager
-    def deferred(self) -> Iterator[None]:
+    def deferred(self) -> AbstractContextManager[None]:
         """Inside, reads see every put and drop at once, and the table (its store and changelog) gets
         each key's last value once, on the way out: a batch of one job's signals rewrites the job's
-        incident window once, not once per signal. Only around the handling of one event: the
-        writes land before its offset can be committed, so a crash replays the whole event."""
-        if self._pending is not None:  # nested: the outer block writes
-            yield
-            return
-        self._pending = {}
-        try:
-            yield
-        finally:
-            pending, self._pending = self._pending, None
-            for key, value in pending.items():
-                if value is None:
-                    self.table.pop(key, None)
-                else:
-                    self.table[key] = codec.dumps(value)
+        incident window once, not once per signal (``DeferredWrites``)."""
+        return self._held.around()
 
     def clear(self) -> None:
         self.parsed.clear()
@@ -94,7 +117,7 @@ class TableCache(Generic[M]):
     def stored_items(self) -> list[tuple[str, Any]]:
         """Every (key, plain JSON value) in the table's active partitions, read from the store."""
         items = {key_str(k) or "": codec.loads(raw) for k, raw in list(self.table.items()) if raw}
-        for key, value in (self._pending or {}).items():  # a timer may read between a batch's signals
+        for key, value in (self._held.pending or {}).items():  # a timer may read between a batch's signals
             if value is None:
                 items.pop(key, None)
             else:
