@@ -145,6 +145,11 @@ class Settings(BaseSettings):
         default=120.0, ge=0, description="straggler: the score stays below the threshold this long"
     )
     straggler_min_samples: int = Field(default=3, ge=1, description="straggler: and for this many samples")
+    straggler_early_warning: bool = Field(
+        default=True,
+        description="straggler: publish a provisional incident at a GPU's first throttled slow sample "
+        "(never acted on; the sustained finding follows)",
+    )
     node_health_threshold: float = Field(
         default=0.5, gt=0, lt=1, description="node health: a pre-emptive degrading incident below this"
     )

@@ -52,6 +52,7 @@ class NodeStage:
             sustain_s=s.straggler_sustain_s,
             min_samples=s.straggler_min_samples,
             throttled_threshold=s.straggler_throttled_threshold,
+            early_warning=s.straggler_early_warning,
         )
         self.health_cfg = node_health.HealthConfig(
             threshold=s.node_health_threshold, half_life_s=s.node_health_half_life_s

@@ -75,6 +75,7 @@ class StragglerConfig:
     # peers) costs the whole job 15 %.
     throttled_threshold: float = 0.9
     recover_margin: float = 0.05  # back above threshold + margin ends the episode (no flapping)
+    early_warning: bool = True  # the provisional first-sample warning (GPUs with a HW throttle reason)
 
     def bar(self, throttle: int) -> float:
         return max(self.threshold, self.throttled_threshold) if classify(throttle)[1] else self.threshold
@@ -272,7 +273,7 @@ def _early_warning(
     board: PaceBoard, entry: str, p: Pace, at: datetime, cfg: StragglerConfig
 ) -> tuple[Pace, Straggler | None]:
     """The first sample below the throttled bar with a hardware throttle reason (once per episode)."""
-    if p.warned or p.reported or not classify(p.throttle)[1]:
+    if not cfg.early_warning or p.warned or p.reported or not classify(p.throttle)[1]:
         return p, None
     raw = latest_score(board, entry)
     if raw is None or raw >= cfg.bar(p.throttle):

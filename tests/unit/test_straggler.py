@@ -80,6 +80,22 @@ def test_a_hardware_throttled_gpu_is_warned_of_at_its_first_slow_sample_then_con
     assert confirmed.decisive and confirmed.at > warning.at
 
 
+def test_early_warnings_can_be_turned_off():
+    board: PaceBoard | None = None
+    found = []
+    cfg = StragglerConfig(early_warning=False)
+    for i in range(15):
+        for g in range(4):
+            slow = g == 1 and i >= 5
+            board = observe_telemetry(
+                board, sample(g, i * 60, **{straggler.THROTTLE: HW_THERMAL if slow else 0})
+            )
+            board = observe_telemetry(board, sample(g, i * 60, 1150.0 if slow else 1980.0))
+            board, f = evaluate(board, str(g), cfg)
+            found += [f] if f else []
+    assert [f.early for f in found] == [False]
+
+
 def test_a_slow_gpu_without_a_hardware_throttle_reason_gets_no_early_warning():
     _, found = run(15, slow_from=5, throttle=straggler.THROTTLE_SW_POWER_CAP, early=True)
     assert [f.early for f in found] == [False]
