@@ -161,8 +161,8 @@ class CorrelateStage:
         self._pending_nodes: set[str] = set()
         self._pending_built: float | None = None
 
-    async def dead_letter(self, stage: str, event: Any, key: str, exc: Exception) -> None:
-        await dead_letter_event(self.t.dlq, stage, event, key, exc)
+    async def dead_letter(self, stage: str, event: Any, key: str, exc: Exception, item: Any = None) -> None:
+        await dead_letter_event(self.t.dlq, stage, event, key, exc, item=item)
 
     # -- route: keyed by node -------------------------------------------------------------------
 
@@ -291,7 +291,7 @@ class CorrelateStage:
             try:
                 signal = Signal.model_validate(value)
             except ValidationError as exc:
-                await dead_letter_event(self.t.dlq, "correlate", event, job_id, exc, item=value)
+                await self.dead_letter("correlate", event, job_id, exc, item=value)
                 return
             if signal.role == Role.PROGRESS:
                 return  # the progress agent's input; nothing here: skip loading the job's state
