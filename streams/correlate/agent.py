@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,6 +34,8 @@ from schemas.topics import (
 from streams.correlate.attribution import PlaceOf
 from streams.correlate.correlator import Timing, add_signal, apply_topology, decide_now, tick
 from streams.correlate.lookback import LOOKBACK_RULES, recall, remember
+from streams.correlate.progress import CHECKPOINT_SAVED, is_checkpoint_save
+from streams.correlate.restarts import remember_failure, saw_checkpoint
 from streams.correlate.state import (
     RANK_PLACEMENT_RULE,
     RANKS_PER_BLOCK,
@@ -256,6 +258,8 @@ class CorrelateStage:
         if incident is None:
             return
         await self.t.incidents.send(key=incident.job_id.encode(), value=incident)
+        if not incident.provisional:
+            self.remember_failure(incident)
         log.info(
             "incident %s rev %d: %s (%s, culprit %s)",
             incident.incident_id,
@@ -264,6 +268,21 @@ class CorrelateStage:
             incident.category.value,
             incident.culprit.node if incident.culprit else "-",
         )
+
+    def remember_failure(self, incident: Incident) -> None:
+        """The job's topology keeps each attempt's root, so the next attempt's incident can tell a
+        restart loop (restarts.py)."""
+        topo = self.topologies.get(incident.job_id)
+        if topo is not None and (kept := remember_failure(topo, incident)) is not topo:
+            self.topologies.put(incident.job_id, kept)
+
+    def saw_checkpoint(self, job_id: str, signal: Signal) -> None:
+        """A checkpoint save: restarts since the job's last failure made progress (restarts.py)."""
+        topo = self.topologies.get(job_id)
+        if topo is None or not is_checkpoint_save(signal):
+            return
+        if (kept := saw_checkpoint(topo, signal.event_time)) is not topo:
+            self.topologies.put(job_id, kept)
 
     async def on_job_event(self, event: Any) -> None:
         """One record of ``signals.job`` or ``control.ticks``: a signal, a batch of one job's signals
@@ -286,6 +305,9 @@ class CorrelateStage:
         now = utcnow()
         is_tick = isinstance(value, dict) and bool(value.get("tick"))
         if isinstance(value, dict) and value.get("role") == Role.PROGRESS.value:
+            if CHECKPOINT_SAVED in str(value.get("rule")):
+                with suppress(ValidationError):  # the progress agent dead-letters a malformed one
+                    self.saw_checkpoint(job_id, Signal.model_validate(value))
             return  # the progress agent's input (it validates, and dead-letters what is malformed)
         if not is_tick:
             try:
@@ -294,7 +316,8 @@ class CorrelateStage:
                 await self.dead_letter("correlate", event, job_id, exc, item=value)
                 return
             if signal.role == Role.PROGRESS:
-                return  # the progress agent's input; nothing here: skip loading the job's state
+                self.saw_checkpoint(job_id, signal)  # the rest is the progress agent's input
+                return
             if signal.rule == RANK_PLACEMENT_RULE:
                 self.record_place(job_id, signal)
                 return

@@ -29,6 +29,7 @@ from schemas.incidents import Incident, IncidentStatus
 from schemas.signals import JobNodeAssignment, Role, Signal
 from streams.correlate.attribution import PlaceOf, Verdict, attribute, root_cause
 from streams.correlate.progress import JOB_STARTING_RULES
+from streams.correlate.restarts import with_history
 from streams.correlate.state import SAMPLES_PER_RULE, IncidentWindow, JobTopology, RuleTally
 
 OPENING_ROLES = {Role.ROOT_CANDIDATE, Role.CASCADE}
@@ -81,13 +82,7 @@ def apply_topology(
             return topo, out  # a replayed or duplicated allocation
         if topo.nodes and topo.ended_at is None:
             release(topo)
-        topo = JobTopology(
-            job_id=job_id,
-            attempt=topo.attempt + 1,
-            nodes=node_list,
-            ordered=True,
-            started_at=signal.event_time,
-        )
+        topo = _next_attempt(topo, nodes=node_list, ordered=True, started_at=signal.event_time)
         out.extend(
             JobNodeAssignment(
                 node=n,
@@ -125,6 +120,21 @@ def apply_topology(
     return topo, out
 
 
+def _next_attempt(
+    topo: JobTopology, *, nodes: list[str], started_at: datetime, ordered: bool = False
+) -> JobTopology:
+    """A new attempt of the job: fresh placement, the history of earlier attempts kept (restarts.py)."""
+    return JobTopology(
+        job_id=topo.job_id,
+        attempt=topo.attempt + 1,
+        nodes=nodes,
+        ordered=ordered,
+        started_at=started_at,
+        failures=topo.failures,
+        last_checkpoint_at=topo.last_checkpoint_at,
+    )
+
+
 def _k8s_pods(topo: JobTopology, signal: Signal) -> JobTopology:
     """A Kubernetes job's live pod placement (``kubernetes.job_pods``, from ``collect kubernetes``).
 
@@ -141,9 +151,7 @@ def _k8s_pods(topo: JobTopology, signal: Signal) -> JobTopology:
     ):
         return topo
     if nodes and (topo.ended_at is not None or not topo.nodes):
-        return JobTopology(
-            job_id=topo.job_id, attempt=topo.attempt + 1, nodes=nodes, started_at=signal.event_time
-        )
+        return _next_attempt(topo, nodes=nodes, started_at=signal.event_time)
     if nodes:
         return topo.model_copy(update={"nodes": sorted(set(topo.nodes) | set(nodes))})
     if topo.nodes and topo.ended_at is None:
@@ -160,9 +168,7 @@ def _k8s_scheduled(topo: JobTopology, signal: Signal) -> JobTopology:
     if topo.ended_at is not None and signal.event_time <= topo.ended_at:
         return topo
     if topo.ended_at is not None or not topo.nodes:
-        return JobTopology(
-            job_id=topo.job_id, attempt=topo.attempt + 1, nodes=[node], started_at=signal.event_time
-        )
+        return _next_attempt(topo, nodes=[node], started_at=signal.event_time)
     if node in topo.nodes:
         return topo
     started = min(topo.started_at, signal.event_time) if topo.started_at else signal.event_time
@@ -395,7 +401,7 @@ def decide_now(
     """Emit right away when the verdict is new or changed in what actions depend on."""
     if window.closed:
         return window, None
-    verdict = attribute(window, topo, place)
+    verdict = with_history(attribute(window, topo, place), window.attempt, topo)
     if verdict is None:
         return window, None
     if _in_grace(window):
@@ -419,7 +425,7 @@ def tick(
     """Periodic: cascade-only grace, coalesced refinements and closing."""
     if window.closed:
         return window, None
-    verdict = attribute(window, topo, place)
+    verdict = with_history(attribute(window, topo, place), window.attempt, topo)
     quiet = (now - window.last_signal_at) >= timedelta(seconds=timing.quiet_s)
     job_over = (
         topo is not None

@@ -11,9 +11,19 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.incidents import Evidence
 from schemas.signals import Signal
 
 SAMPLES_PER_RULE = 8
+
+
+class PastFailure(BaseModel):
+    """The root of an incident that ended one attempt of a job (``restarts.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int
+    root: Evidence
 
 
 class JobTopology(BaseModel):
@@ -28,6 +38,9 @@ class JobTopology(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     end_state: str | None = None
+    # the job's history, carried from attempt to attempt: has restarting helped so far (restarts.py)
+    failures: list[PastFailure] = Field(default_factory=list)
+    last_checkpoint_at: datetime | None = None
 
 
 class RankPlace(BaseModel):

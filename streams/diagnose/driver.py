@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-import dataclasses
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +16,7 @@ from schemas.signals import Role, Signal
 from streams.correlate.attribution import Verdict, attribute, evidence_of
 from streams.correlate.correlator import apply_topology, window_from
 from streams.correlate.progress import JOB_STARTING_RULES, is_checkpoint_save
+from streams.correlate.restarts import repeated
 from streams.correlate.state import RANK_PLACEMENT_RULE, placements
 from streams.diagnose.reader import MAX_LINE_BYTES, RawLine, ReadReport, read_chunks
 from streams.extract.extractor import Extractor, Position
@@ -174,37 +175,27 @@ class Diagnoser:
         return s
 
 
-HARDWARE = frozenset({Category.HARDWARE_GPU, Category.HARDWARE_NETWORK, Category.HARDWARE_HOST})
-
-
 def restart_loop(verdict: Verdict, signals: list[Signal]) -> Verdict:
-    """A folder holding several attempts of one job: when the same failure ended two or more of them
-    and no checkpoint was saved after the first, restarting has already been tried and did not help
-    (the stream's decide step stops such a job; this is the batch reading of the same history).
-    Hardware roots are left alone: a bad node on each attempt is fixed by excluding it, not by
-    giving up."""
-    if not verdict.restartable or verdict.category in HARDWARE:
-        return verdict
+    """A folder holding several attempts of one job: the first root of the verdict's rule in each
+    attempt (split at the scheduler's start lines) and the last checkpoint save; whether they make a
+    restart loop is ``restarts.repeated`` (the stream reads the same history from its tables)."""
     starts = sorted(
         {s.event_time for s in signals if s.role == Role.TOPOLOGY and s.rule in JOB_STARTING_RULES}
     )
     if len(starts) < 2:
         return verdict
+    attempt_of = functools.partial(bisect.bisect_right, starts)
     same = sorted(
         (s for s in signals if s.rule == verdict.root.rule and s.role == Role.ROOT_CANDIDATE),
         key=lambda s: s.event_time,
     )
     firsts: dict[int, Signal] = {}
     for s in same:
-        firsts.setdefault(bisect.bisect_right(starts, s.event_time), s)
-    failed = [firsts[a] for a in sorted(firsts) if a > 0]  # failures inside an attempt
-    if len(failed) < 2:
-        return verdict
+        firsts.setdefault(attempt_of(s.event_time), s)
+    root_attempt = attempt_of(verdict.root.event_time)
+    others = [evidence_of(firsts[a]) for a in sorted(firsts) if a > 0 and a != root_attempt]
     saves = [s.event_time for s in signals if is_checkpoint_save(s)]
-    if any(t > failed[0].event_time for t in saves):
-        return verdict  # the restarts made progress
-    earlier = [evidence_of(s) for s in failed if s.signal_id != verdict.root.signal_id]
-    return dataclasses.replace(verdict, restartable=False, evidence=[*earlier, *verdict.evidence])
+    return repeated(verdict, others, max(saves, default=None))
 
 
 def culprit_text(verdict: Verdict) -> str | None:

@@ -1,0 +1,81 @@
+"""Has restarting helped? A failure that already ended an earlier attempt of the same job, with no
+checkpoint saved since, is not fixed by restarting again.
+
+A root such as an illegal memory access reads as restartable on its own: it may be a one-off. When
+the job was restarted and the same rule ended the next attempt before any new checkpoint, the run is
+in a loop: every attempt reloads the same state and dies the same way, and the GPUs burn while it
+does. The incident then says ``restartable: false`` and carries the earlier attempt's root as
+evidence. The decide step stops such a job on its own restart budget too; this puts the same
+history into the verdict that operators and the analytics read.
+
+Hardware roots are left alone: a bad node on each attempt is fixed by excluding it, not by giving
+up. So are infrastructure roots: a job preempted twice or cut by a time limit twice is not broken.
+
+The stream keeps the history in the job's topology entry (``JobTopology.failures`` and
+``last_checkpoint_at``, carried from attempt to attempt); ``sickbay diagnose`` rebuilds the same
+history from the attempts found in one folder of logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+from schemas.incidents import Category, Evidence, Incident
+from streams.correlate.attribution import Verdict
+from streams.correlate.state import JobTopology, PastFailure
+
+# a failure of the job itself: the same one again means the restart changed nothing
+JUDGED = frozenset({Category.APPLICATION, Category.SYSTEM_SOFTWARE, Category.UNKNOWN})
+MAX_FAILURES = 8  # the newest attempts' roots; a loop shows within two
+
+
+def repeated(verdict: Verdict, others: list[Evidence], last_save: datetime | None) -> Verdict:
+    """``verdict`` made non-restartable when ``others`` (the roots that ended the job's other
+    attempts) holds its rule and no checkpoint was saved after the first of those failures."""
+    if not verdict.restartable or verdict.provisional or verdict.category not in JUDGED:
+        return verdict
+    same = [e for e in others if e.rule == verdict.root.rule and e.signal_id != verdict.root.signal_id]
+    if not same:
+        return verdict
+    first = min(verdict.root.event_time, *(e.event_time for e in same))
+    if last_save is not None and last_save > first:
+        return verdict  # the restarts made progress
+    return dataclasses.replace(verdict, restartable=False, evidence=[*same, *verdict.evidence])
+
+
+def with_history(verdict: Verdict | None, attempt: int, topo: JobTopology | None) -> Verdict | None:
+    """The stream's reading: the roots of the job's attempts before ``attempt``."""
+    if verdict is None or topo is None or not topo.failures:
+        return verdict
+    earlier = [f.root for f in topo.failures if f.attempt < attempt]
+    return repeated(verdict, earlier, topo.last_checkpoint_at) if earlier else verdict
+
+
+def remember_failure(topo: JobTopology, incident: Incident) -> JobTopology:
+    """The topology with ``incident``'s root as its attempt's failure (the latest revision's root
+    replaces an earlier one of the same attempt); the same object when nothing changed."""
+    rc = incident.root_cause
+    current = next((f for f in topo.failures if f.attempt == incident.attempt), None)
+    if current is not None and current.root.signal_id == rc.signal_id:
+        return topo
+    kind = next((e.source_kind for e in incident.evidence if e.signal_id == rc.signal_id), "other")
+    root = Evidence(
+        signal_id=rc.signal_id,
+        rule=rc.rule,
+        node=rc.node,
+        rank=rc.rank,
+        event_time=rc.event_time,
+        text=rc.text,
+        source_kind=kind,
+    )
+    kept = [f for f in topo.failures if f.attempt != incident.attempt]
+    failures = sorted([*kept, PastFailure(attempt=incident.attempt, root=root)], key=lambda f: f.attempt)
+    return topo.model_copy(update={"failures": failures[-MAX_FAILURES:]})
+
+
+def saw_checkpoint(topo: JobTopology, at: datetime) -> JobTopology:
+    """The topology with a checkpoint saved at ``at``; the same object when it is not newer."""
+    if topo.last_checkpoint_at is not None and at <= topo.last_checkpoint_at:
+        return topo
+    return topo.model_copy(update={"last_checkpoint_at": at})
