@@ -1,4 +1,5 @@
-"""Score ``sickbay diagnose`` on the real, labelled failure logs (tests/corpus/real-failures.jsonl)."""
+"""Score ``sickbay diagnose`` on real, labelled failure logs: tests/corpus/real-failures.jsonl (the
+82 cases given with the project) or another file of the same format (thread-failures.jsonl)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from schemas import codec
 from streams.diagnose.driver import Diagnoser, summary
 
 CORPUS = Path(__file__).with_name("real-failures.jsonl")
+THREADS = Path(__file__).with_name("thread-failures.jsonl")
 
 
 @dataclass(frozen=True)
@@ -25,11 +27,11 @@ class Outcome:
     rule: str | None
 
 
-def score(tmp: Path) -> list[Outcome]:
+def score(tmp: Path, corpus: Path = CORPUS) -> list[Outcome]:
     diagnoser = Diagnoser()
     now = datetime(2026, 1, 1, tzinfo=UTC)
     out: list[Outcome] = []
-    for raw in CORPUS.read_text().splitlines():
+    for raw in corpus.read_text().splitlines():
         case = codec.loads(raw)
         path = tmp / f"{case['id']}.log"
         path.write_text(case["excerpt"] + "\n")
