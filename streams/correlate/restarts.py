@@ -30,15 +30,21 @@ JUDGED = frozenset({Category.APPLICATION, Category.SYSTEM_SOFTWARE, Category.UNK
 MAX_FAILURES = 8  # the newest attempts' roots; a loop shows within two
 
 
-def repeated(verdict: Verdict, others: list[Evidence], last_save: datetime | None) -> Verdict:
+def repeated(verdict: Verdict, others: list[PastFailure], last_save: datetime | None) -> Verdict:
     """``verdict`` made non-restartable when ``others`` (the roots that ended the job's other
-    attempts) holds its rule and no checkpoint was saved after the first of those failures."""
+    attempts) holds the same failure (rule and summary: one generic rule covers many CUDA errors)
+    and no checkpoint was saved after the first of them."""
     if not verdict.restartable or verdict.provisional or verdict.category not in JUDGED:
         return verdict
-    same = [e for e in others if e.rule == verdict.root.rule and e.signal_id != verdict.root.signal_id]
+    root = verdict.root
+    same = [
+        f.root
+        for f in others
+        if f.root.rule == root.rule and f.summary == root.summary and f.root.signal_id != root.signal_id
+    ]
     if not same:
         return verdict
-    first = min(verdict.root.event_time, *(e.event_time for e in same))
+    first = min(root.event_time, *(e.event_time for e in same))
     if last_save is not None and last_save > first:
         return verdict  # the restarts made progress
     return dataclasses.replace(verdict, restartable=False, evidence=[*same, *verdict.evidence])
@@ -48,7 +54,7 @@ def with_history(verdict: Verdict | None, attempt: int, topo: JobTopology | None
     """The stream's reading: the roots of the job's attempts before ``attempt``."""
     if verdict is None or topo is None or not topo.failures:
         return verdict
-    earlier = [f.root for f in topo.failures if f.attempt < attempt]
+    earlier = [f for f in topo.failures if f.attempt < attempt]
     return repeated(verdict, earlier, topo.last_checkpoint_at) if earlier else verdict
 
 
@@ -70,7 +76,8 @@ def remember_failure(topo: JobTopology, incident: Incident) -> JobTopology:
         source_kind=kind,
     )
     kept = [f for f in topo.failures if f.attempt != incident.attempt]
-    failures = sorted([*kept, PastFailure(attempt=incident.attempt, root=root)], key=lambda f: f.attempt)
+    failure = PastFailure(attempt=incident.attempt, summary=rc.summary, root=root)
+    failures = sorted([*kept, failure], key=lambda f: f.attempt)
     return topo.model_copy(update={"failures": failures[-MAX_FAILURES:]})
 
 

@@ -17,7 +17,7 @@ from streams.correlate.attribution import Verdict, attribute, evidence_of
 from streams.correlate.correlator import apply_topology, window_from
 from streams.correlate.progress import JOB_STARTING_RULES, is_checkpoint_save
 from streams.correlate.restarts import repeated
-from streams.correlate.state import RANK_PLACEMENT_RULE, placements
+from streams.correlate.state import RANK_PLACEMENT_RULE, PastFailure, placements
 from streams.diagnose.reader import MAX_LINE_BYTES, RawLine, ReadReport, read_chunks
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize
@@ -176,7 +176,7 @@ class Diagnoser:
 
 
 def restart_loop(verdict: Verdict, signals: list[Signal]) -> Verdict:
-    """A folder holding several attempts of one job: the first root of the verdict's rule in each
+    """A folder holding several attempts of one job: the first root like the verdict's in each
     attempt (split at the scheduler's start lines) and the last checkpoint save; whether they make a
     restart loop is ``restarts.repeated`` (the stream reads the same history from its tables)."""
     starts = sorted(
@@ -186,14 +186,24 @@ def restart_loop(verdict: Verdict, signals: list[Signal]) -> Verdict:
         return verdict
     attempt_of = functools.partial(bisect.bisect_right, starts)
     same = sorted(
-        (s for s in signals if s.rule == verdict.root.rule and s.role == Role.ROOT_CANDIDATE),
+        (
+            s
+            for s in signals
+            if s.rule == verdict.root.rule
+            and s.summary == verdict.root.summary
+            and s.role == Role.ROOT_CANDIDATE
+        ),
         key=lambda s: s.event_time,
     )
     firsts: dict[int, Signal] = {}
     for s in same:
         firsts.setdefault(attempt_of(s.event_time), s)
     root_attempt = attempt_of(verdict.root.event_time)
-    others = [evidence_of(firsts[a]) for a in sorted(firsts) if a > 0 and a != root_attempt]
+    others = [
+        PastFailure(attempt=a, summary=firsts[a].summary, root=evidence_of(firsts[a]))
+        for a in sorted(firsts)
+        if a > 0 and a != root_attempt
+    ]
     saves = [s.event_time for s in signals if is_checkpoint_save(s)]
     return repeated(verdict, others, max(saves, default=None))
 

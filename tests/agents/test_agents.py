@@ -25,6 +25,7 @@ from streams.pipeline import Pipeline, build
 from streams.settings import Settings
 from tests.factories import (
     T0,
+    cuda_error,
     job_output,
     kernel_xid,
     nccl_init,
@@ -465,3 +466,37 @@ async def test_a_node_tick_that_releases_nothing_rewrites_no_node_state(pipe: Pi
     stage.node_states.table = counting
     await stage.on_node_event(SimpleNamespace(key=b"gpu-09", value={"tick": True}))
     assert counting.writes == [] and pipe.sent["signals_job"] == []
+
+
+async def _two_attempts_failing_alike(pipe: Pipeline, *, saved_between: bool) -> list[Incident]:
+    """Job 42 crashes with the same illegal memory access on two attempts, on other nodes each time."""
+    t1 = T0 + timedelta(minutes=30)
+    records = [
+        one(slurmctld_allocate("42", "gpu-[01-02]", T0), offset=1),
+        one(cuda_error("gpu-01", "42", T0 + timedelta(minutes=5)), offset=2),
+        one(slurmctld_allocate("42", "gpu-[03-04]", t1), offset=3),
+    ]
+    if saved_between:
+        line = "successfully saved checkpoint from iteration    1200 to /ckpt"
+        records.append(one(job_output("gpu-03", "42", t1 + timedelta(minutes=2), line), offset=4))
+    records.append(one(cuda_error("gpu-03", "42", t1 + timedelta(minutes=5)), offset=5))
+    async with pipe.agents["correlate"].test_context() as agent:
+        for sig in records:
+            await agent.put(_as_dict(sig), key=b"42")
+    return [inc for _, inc in pipe.sent["incidents"]]
+
+
+async def test_the_same_application_failure_ending_the_next_attempt_makes_it_not_restartable(pipe: Pipeline):
+    incidents = await _two_attempts_failing_alike(pipe, saved_between=False)
+    first = [i for i in incidents if i.attempt == 1]
+    second = [i for i in incidents if i.attempt == 2]
+    assert first and all(i.restartable for i in first)  # one crash may be a one-off
+    assert second and second[-1].restartable is False
+    earlier = [e for e in second[-1].evidence if e.rule == "cuda.error" and e.node == "gpu-01"]
+    assert earlier, second[-1].evidence  # the first attempt's crash is shown as the reason
+
+
+async def test_a_checkpoint_saved_between_two_alike_failures_keeps_the_job_restartable(pipe: Pipeline):
+    incidents = await _two_attempts_failing_alike(pipe, saved_between=True)
+    second = [i for i in incidents if i.attempt == 2]
+    assert second and second[-1].restartable is True
