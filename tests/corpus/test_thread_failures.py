@@ -1,11 +1,12 @@
-"""``sickbay diagnose`` on 88 more real failure logs from public threads (thread-failures.jsonl).
+"""``sickbay diagnose`` on 133 more real failure logs from public threads (thread-failures.jsonl).
 
-Collected on 2026-11-30 in two rounds from GitHub issue threads the 82-case corpus does not use,
-labelled by the same conventions (tests/corpus/README.md). Each round was read blind first, before
-any rule was written for it:
+Collected on 2026-11-30 in three rounds from GitHub issue threads the 82-case corpus does not use,
+labelled by the same conventions (tests/corpus/README.md). Each round was read blind first, with the
+rules of the rounds before it, and only then were rules written for its misses:
 - round 1 (42 cases): category 16/42, restartable 27/42, isolate 33/42; after its rules 27, 28, 40;
-- round 2 (46 cases, read with round 1's rules): 25/46, 32/46, 41/46; after its rules 31, 37, 41.
-All 88 now: category 58, restartable 65, isolate 81. The floors sit just under that; raise them
+- round 2 (46 cases): 25/46, 32/46, 41/46; after its rules 31, 37, 41;
+- round 3 (45 cases): 19/45, 26/45, 37/45; after its rules 23, 29, 38.
+All 133 now: category 81, restartable 94, isolate 119. The floors sit just under that; raise them
 when attribution improves.
 """
 
@@ -27,31 +28,31 @@ def _rate(outcomes: list[Outcome], ok) -> float:
     return sum(1 for o in outcomes if ok(o)) / len(outcomes)
 
 
-def test_the_thread_set_is_88_cases_apart_from_the_given_corpus(outcomes):
+def test_the_thread_set_is_133_cases_apart_from_the_given_corpus(outcomes):
     from schemas import codec
     from tests.corpus.scoring import CORPUS
 
     given = {codec.loads(line)["source_url"] for line in CORPUS.read_text().splitlines()}
     threads = [codec.loads(line) for line in THREADS.read_text().splitlines()]
-    assert len(outcomes) == len(threads) == 88
+    assert len(outcomes) == len(threads) == 133
     assert not given & {t["source_url"] for t in threads}
 
 
 def test_category_accuracy_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.64, table(outcomes)
+    assert _rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.59, table(outcomes)
 
 
 def test_gpu_faults_are_recognised(outcomes):
     gpu = [o for o in outcomes if o.want_category == "hardware_gpu"]
-    assert _rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.75, table(outcomes)
+    assert _rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.68, table(outcomes)
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.72, table(outcomes)
+    assert _rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.69, table(outcomes)
 
 
 def test_isolation_advice_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.9, table(outcomes)
+    assert _rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.88, table(outcomes)
 
 
 def test_no_healthy_node_is_ever_isolated(outcomes):
