@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,11 @@ class Outcome:
     want_isolate: bool
     got_isolate: bool
     rule: str | None
+
+
+def rate(outcomes: list[Outcome], ok: Callable[[Outcome], bool]) -> float:
+    """The share of ``outcomes`` for which ``ok`` holds."""
+    return sum(1 for o in outcomes if ok(o)) / len(outcomes)
 
 
 def score(tmp: Path, corpus: Path = CORPUS) -> list[Outcome]:

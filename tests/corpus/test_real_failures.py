@@ -12,16 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpus.scoring import Outcome, score, table
+from tests.corpus.scoring import Outcome, rate, score, table
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[Outcome]:
     return score(Path(tmp_path_factory.mktemp("corpus")))
-
-
-def _rate(outcomes: list[Outcome], ok) -> float:
-    return sum(1 for o in outcomes if ok(o)) / len(outcomes)
 
 
 def test_the_corpus_is_the_82_labelled_cases(outcomes):
@@ -38,20 +34,20 @@ def test_the_corpus_is_the_82_labelled_cases(outcomes):
 
 
 def test_category_accuracy_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.81, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.81, table(outcomes)
 
 
 def test_hardware_gpu_failures_are_recognised(outcomes):
     gpu = [o for o in outcomes if o.want_category == "hardware_gpu"]
-    assert _rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.85, table(outcomes)
+    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.85, table(outcomes)
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.82, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.82, table(outcomes)
 
 
 def test_isolation_advice_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.93, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.93, table(outcomes)
 
 
 def test_no_healthy_node_is_ever_isolated(outcomes):

@@ -16,16 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpus.scoring import THREADS, Outcome, score, table
+from tests.corpus.scoring import THREADS, Outcome, rate, score, table
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[Outcome]:
     return score(Path(tmp_path_factory.mktemp("threads")), THREADS)
-
-
-def _rate(outcomes: list[Outcome], ok) -> float:
-    return sum(1 for o in outcomes if ok(o)) / len(outcomes)
 
 
 def test_the_thread_set_is_133_cases_apart_from_the_given_corpus(outcomes):
@@ -39,20 +35,20 @@ def test_the_thread_set_is_133_cases_apart_from_the_given_corpus(outcomes):
 
 
 def test_category_accuracy_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.59, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.59, table(outcomes)
 
 
 def test_gpu_faults_are_recognised(outcomes):
     gpu = [o for o in outcomes if o.want_category == "hardware_gpu"]
-    assert _rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.68, table(outcomes)
+    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.68, table(outcomes)
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.69, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.69, table(outcomes)
 
 
 def test_isolation_advice_stays_above_its_floor(outcomes):
-    assert _rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.88, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.88, table(outcomes)
 
 
 def test_no_healthy_node_is_ever_isolated(outcomes):
