@@ -27,21 +27,28 @@ from streams.correlate.state import JobTopology, PastFailure
 
 # a failure of the job itself: the same one again means the restart changed nothing
 JUDGED = frozenset({Category.APPLICATION, Category.SYSTEM_SOFTWARE, Category.UNKNOWN})
-MAX_FAILURES = 8  # the newest attempts' roots; a loop shows within two
+MAX_FAILURES = 8  # the roots of the newest attempts; a loop shows within two
+
+
+def failure_of(rule: str, summary: str, node: str | None, gpu: str | None) -> str:
+    """What failed, without where: the rule and its summary with the root's node and GPU taken out.
+    The summary tells a generic rule's errors apart (``cuda.error`` covers every CUDA message, one
+    ``gpu.xid`` rule every code); the place must go, since each attempt runs on other nodes."""
+    for where in (gpu, node):
+        if where:
+            summary = summary.replace(where, "*")
+    return f"{rule}|{summary}"
 
 
 def repeated(verdict: Verdict, others: list[PastFailure], last_save: datetime | None) -> Verdict:
     """``verdict`` made non-restartable when ``others`` (the roots that ended the job's other
-    attempts) holds the same failure (rule and summary: one generic rule covers many CUDA errors)
-    and no checkpoint was saved after the first of them."""
+    attempts) holds the same failure (``failure_of``) and no checkpoint was saved after the first
+    of them."""
     if not verdict.restartable or verdict.provisional or verdict.category not in JUDGED:
         return verdict
     root = verdict.root
-    same = [
-        f.root
-        for f in others
-        if f.root.rule == root.rule and f.summary == root.summary and f.root.signal_id != root.signal_id
-    ]
+    failure = failure_of(root.rule, root.summary, root.node, root.gpu)
+    same = [f.root for f in others if f.failure == failure and f.root.signal_id != root.signal_id]
     if not same:
         return verdict
     first = min(root.event_time, *(e.event_time for e in same))
@@ -59,11 +66,13 @@ def with_history(verdict: Verdict | None, attempt: int, topo: JobTopology | None
 
 
 def remember_failure(topo: JobTopology, incident: Incident) -> JobTopology:
-    """The topology with ``incident``'s root as its attempt's failure (the latest revision's root
-    replaces an earlier one of the same attempt); the same object when nothing changed."""
+    """The topology with ``incident``'s root among its attempt's failures; the same object when that
+    failure is already known. Every root a revision named is kept, not just the last: the kernel's
+    Xid and the job's CUDA error of one crash may each be the root of some revision, and the next
+    attempt's incident may settle on the other one."""
     rc = incident.root_cause
-    current = next((f for f in topo.failures if f.attempt == incident.attempt), None)
-    if current is not None and current.root.signal_id == rc.signal_id:
+    what = failure_of(rc.rule, rc.summary, rc.node, rc.gpu)
+    if any(f.attempt == incident.attempt and f.failure == what for f in topo.failures):
         return topo
     kind = next((e.source_kind for e in incident.evidence if e.signal_id == rc.signal_id), "other")
     root = Evidence(
@@ -75,9 +84,8 @@ def remember_failure(topo: JobTopology, incident: Incident) -> JobTopology:
         text=rc.text,
         source_kind=kind,
     )
-    kept = [f for f in topo.failures if f.attempt != incident.attempt]
-    failure = PastFailure(attempt=incident.attempt, summary=rc.summary, root=root)
-    failures = sorted([*kept, failure], key=lambda f: f.attempt)
+    failure = PastFailure(attempt=incident.attempt, failure=what, root=root)
+    failures = sorted([*topo.failures, failure], key=lambda f: f.attempt)
     return topo.model_copy(update={"failures": failures[-MAX_FAILURES:]})
 
 

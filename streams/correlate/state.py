@@ -23,7 +23,7 @@ class PastFailure(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     attempt: int
-    summary: str  # with the rule, what makes two failures the same (a generic rule's message differs)
+    failure: str  # restarts.failure_of: what failed, without where (the next attempt runs elsewhere)
     root: Evidence
 
 

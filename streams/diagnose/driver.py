@@ -16,7 +16,7 @@ from schemas.signals import Role, Signal
 from streams.correlate.attribution import Verdict, attribute, evidence_of
 from streams.correlate.correlator import apply_topology, window_from
 from streams.correlate.progress import JOB_STARTING_RULES, is_checkpoint_save
-from streams.correlate.restarts import repeated
+from streams.correlate.restarts import failure_of, repeated
 from streams.correlate.state import RANK_PLACEMENT_RULE, PastFailure, placements
 from streams.diagnose.reader import MAX_LINE_BYTES, RawLine, ReadReport, read_chunks
 from streams.extract.extractor import Extractor, Position
@@ -185,22 +185,24 @@ def restart_loop(verdict: Verdict, signals: list[Signal]) -> Verdict:
     if len(starts) < 2:
         return verdict
     attempt_of = functools.partial(bisect.bisect_right, starts)
+    root = verdict.root
+    failure = failure_of(root.rule, root.summary, root.node, root.gpu)
     same = sorted(
         (
             s
             for s in signals
-            if s.rule == verdict.root.rule
-            and s.summary == verdict.root.summary
-            and s.role == Role.ROOT_CANDIDATE
+            if s.role == Role.ROOT_CANDIDATE
+            and s.rule == root.rule
+            and failure_of(s.rule, s.summary, s.node, s.gpu) == failure
         ),
         key=lambda s: s.event_time,
     )
     firsts: dict[int, Signal] = {}
     for s in same:
         firsts.setdefault(attempt_of(s.event_time), s)
-    root_attempt = attempt_of(verdict.root.event_time)
+    root_attempt = attempt_of(root.event_time)
     others = [
-        PastFailure(attempt=a, summary=firsts[a].summary, root=evidence_of(firsts[a]))
+        PastFailure(attempt=a, failure=failure, root=evidence_of(firsts[a]))
         for a in sorted(firsts)
         if a > 0 and a != root_attempt
     ]

@@ -90,6 +90,31 @@ def test_restart_loop_has_three_attempts_on_disjoint_nodes():
     assert len(loads) <= 1  # every attempt resumed from the same checkpoint
 
 
+@pytest.mark.parametrize("seed", range(1, 41))
+def test_restart_loop_saves_no_checkpoint_after_its_first_crash(seed: int):
+    """The truth says restarting does not help: no attempt may get as far as a new save. An attempt
+    resumes at an iteration that need not be a multiple of the save interval, so the crash must come
+    before the next multiple, whatever the resume point (seeds 26 and one more saved before the fix)."""
+    from datetime import UTC, datetime
+
+    from schemas.raw import LogLine
+    from streams.correlate.progress import is_checkpoint_save
+    from streams.extract.extractor import Extractor
+
+    sc = generate("restart_loop_no_progress", seed)
+    first_crash = min(e.time for e in sc.events if e.kind == "kernel" and "Xid" in e.line)
+    extractor = Extractor()
+    now = datetime.now(UTC)
+    saves_after = [
+        e.line
+        for e in sc.events
+        if e.kind == "training" and e.time > first_crash
+        for sig in extractor.extract(LogLine(text=e.line, adapter="plain"), now)
+        if is_checkpoint_save(sig)
+    ]
+    assert saves_after == []
+
+
 def test_noise_scenarios_keep_training_after_the_noise():
     sc = generate("noise_xid13_single", 4)
     after = [e for e in sc.events if e.kind == "training" and e.time > sc.truth.decisive_time]

@@ -1059,7 +1059,10 @@ def restart_loop(ctx: Ctx) -> None:
             sim.ctld(t_alloc, scheduler.allocate(job, job.nodelist))
             t = run.startup(t_alloc + _s(rng.uniform(3, 30)))
         all_nodes += job.nodes
-        room = (job.save_interval - job.log_interval) * job.iter_s
+        # crash before the next save: counted from the iteration the attempt resumes at, which need
+        # not be a multiple of the save interval; 0.9 keeps the +-3 % iteration jitter short of it
+        to_save = (run.it // job.save_interval + 1) * job.save_interval - run.it
+        room = max(0, to_save - job.log_interval) * job.iter_s * 0.9
         t_crash = t + _s(min(room, rng.uniform(120, 600)))
         run.train(t, t_crash)
         bad = rng.choice(job.ranks)
