@@ -94,3 +94,30 @@ def test_remembering_the_same_root_twice_changes_nothing_and_an_older_checkpoint
 
 def test_no_history_leaves_the_verdict_alone():
     assert with_history(None, 2, None) is None
+
+
+def test_the_same_failure_on_another_gpu_and_node_is_the_same_failure():
+    from streams.correlate.restarts import failure_of
+
+    first = failure_of(
+        "gpu.xid", "Xid 31 (MMU fault) on GPU 0000:4e:00: usually the application", "n1", "0000:4e:00"
+    )
+    again = failure_of(
+        "gpu.xid", "Xid 31 (MMU fault) on GPU 0000:db:00: usually the application", "n7", "0000:db:00"
+    )
+    other = failure_of(
+        "gpu.xid",
+        "Xid 13 (graphics engine exception) on GPU 0000:db:00: usually the application",
+        "n7",
+        "0000:db:00",
+    )
+    assert first == again
+    assert other != again
+
+
+def test_every_root_a_revision_named_is_remembered_for_its_attempt():
+    topo = _attempt(None, T0, "gpu-[01-02]")
+    crash = _incident(topo, cuda_error("gpu-01", "42", T0 + timedelta(minutes=5)), 1)
+    xid = _incident(topo, kernel_xid("gpu-01", 79, T0 + timedelta(minutes=5)), 2)
+    both = remember_failure(remember_failure(topo, crash), xid)
+    assert sorted(f.root.rule for f in both.failures) == ["cuda.error", "gpu.xid"]
