@@ -2,7 +2,7 @@
 checkpoint saved since, is not fixed by restarting again.
 
 A root such as an illegal memory access reads as restartable on its own: it may be a one-off. When
-the job was restarted and the same rule ended the next attempt before any new checkpoint, the run is
+the job was restarted and the same failure ended the next attempt before any new checkpoint, the run is
 in a loop: every attempt reloads the same state and dies the same way, and the GPUs burn while it
 does. The incident then says ``restartable: false`` and carries the earlier attempt's root as
 evidence. The decide step stops such a job on its own restart budget too; this puts the same
