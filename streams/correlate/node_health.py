@@ -2,8 +2,9 @@
 
 GPUs and links usually warn before they fail: correctable ECC errors climb, rows get
 remapped, a port flaps, the same Xid 13/31/43 keeps coming back on one GPU, a GPU keeps
-throttling for heat. Each of these alone is noise; together, on one node, they are a node to
-take out of the pool when its jobs end. Pure functions; the node agent persists the state.
+throttling for heat, a DIMM keeps logging corrected errors. Each of these alone is noise;
+together, on one node, they are a node to take out of the pool when its jobs end. Pure
+functions; the node agent persists the state.
 
 Score: ``health = exp(-sum of penalties)`` in (0, 1]. Each piece of evidence adds a penalty
 (``WEIGHTS``, per event) to its kind and GPU; every penalty halves each ``half_life_s`` of
@@ -21,6 +22,8 @@ link_flap            0.20   a NIC/IB link going down (mlx5 "Link down"), NHC "No
 xid_repeat           0.25   each Xid 13/31/43 on a GPU *after the first* (one is an app bug)
 thermal              0.05   a telemetry sample with a thermal throttle bit, 0.10 for a
                             thermal-violation log line
+host_memory_ce       0.10   an EDAC line of corrected host memory errors (a DIMM going bad:
+                            seven such lines within a half-life reach the threshold)
 ==================== ====== ================================================================
 
 One row-remap failure alone gives 0.37 (below the 0.5 default threshold); two Xid 92s and a
@@ -60,6 +63,7 @@ WEIGHTS: dict[str, float] = {
     "link_flap": 0.20,
     "xid_repeat": 0.25,
     "thermal": 0.10,
+    "host_memory_ce": 0.10,
 }
 SBE_PER_ERROR = 0.01
 SBE_BURST_CAP = 0.30
@@ -74,6 +78,7 @@ RULE_KIND = {
     "network.ib_port_down": "link_flap",
     "gpu.clocks_throttled": "thermal",
     "gpu.slowdown_active": "thermal",
+    "host.edac_corrected": "host_memory_ce",
 }
 KIND_CATEGORY = {
     "ecc_sbe": Category.HARDWARE_GPU,
@@ -82,6 +87,7 @@ KIND_CATEGORY = {
     "xid_repeat": Category.HARDWARE_GPU,
     "thermal": Category.HARDWARE_GPU,
     "link_flap": Category.HARDWARE_NETWORK,
+    "host_memory_ce": Category.HARDWARE_HOST,
 }
 SBE_COUNTER = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
 REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"

@@ -167,6 +167,16 @@ def test_link_flaps_make_a_network_degrading_incident():
     assert incident.culprit is not None and incident.culprit.gpu is None
 
 
+def test_a_dimm_that_keeps_logging_corrected_errors_makes_a_host_degrading_incident():
+    few = fold([rule_signal("host.edac_corrected", i * 60.0) for i in range(3)])
+    assert nh.evaluate(few, "local", T0, CFG)[1] is None  # a few corrected errors are noise
+    many = fold([rule_signal("host.edac_corrected", i * 60.0) for i in range(8)])
+    _, incident = nh.evaluate(many, "local", T0 + timedelta(minutes=8), CFG)
+    assert incident is not None and incident.category == Category.HARDWARE_HOST
+    assert incident.culprit is not None and incident.culprit.node == "gpu-03" and incident.culprit.gpu is None
+    assert incident.isolate == []  # pre-emptive: the policy decides, after the node's jobs end
+
+
 def test_confidence_grows_as_health_falls():
     _, mild = nh.evaluate(fold([xid(64)]), "c", T0, CFG)
     _, severe = nh.evaluate(fold([xid(64), xid(64, 1, gpu="0000:5e:00")]), "c", T0, CFG)
