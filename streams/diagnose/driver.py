@@ -191,9 +191,7 @@ def restart_loop(verdict: Verdict, signals: list[Signal]) -> Verdict:
         (
             s
             for s in signals
-            if s.role == Role.ROOT_CANDIDATE
-            and s.rule == root.rule
-            and failure_of(s.rule, s.summary, s.node, s.gpu) == failure
+            if s.role == Role.ROOT_CANDIDATE and failure_of(s.rule, s.summary, s.node, s.gpu) == failure
         ),
         key=lambda s: s.event_time,
     )
