@@ -70,6 +70,7 @@ class BatchedExtract:
         self.settings = settings
         self.extractor = extractor or Extractor()
         self.quieter = RepeatQuieter(self.extractor.catalog)
+        self.prefilter = self.extractor.catalog.prefilter  # this thread is the only one that scans with it
         cat = settings.topics
         self.source = cat.raw_logs.name
         self.topics: dict[Destination, str] = {dest: getattr(cat, dest).name for dest in DESTINATIONS}
@@ -149,7 +150,8 @@ class BatchedExtract:
         first: dict[tuple[str, int], int] = {}
         last: dict[tuple[str, int], int] = {}
         by_job: dict[bytes, list[Signal]] = {}
-        for m in msgs:
+        literal = self.prefilter.records_with_literals([m.value() or b"" for m in msgs])
+        for m, has_literal in zip(msgs, literal, strict=True):
             if (err := m.error()) is not None:
                 self._consumer_error(err)
                 continue
@@ -157,18 +159,32 @@ class BatchedExtract:
             tp = (m.topic() or self.source, m.partition() or 0)
             first.setdefault(tp, offset)
             last[tp] = offset
-            self._extract(m, tp, offset, now, by_job)
+            self._extract(m, tp, offset, now, by_job, has_literal)
         self._produce_job_signals(by_job)
         self.records += len(msgs)
         self._settle(first, last)
         return len(msgs)
 
     def _extract(
-        self, m: Message, tp: tuple[str, int], offset: int, now: Any, by_job: dict[bytes, list[Signal]]
+        self,
+        m: Message,
+        tp: tuple[str, int],
+        offset: int,
+        now: Any,
+        by_job: dict[bytes, list[Signal]],
+        literal: bool,
     ) -> None:
         """A job's signals wait for the end of the batch (``_produce_job_signals``); the rest go now."""
         outs = extract_record(
-            self.extractor, m.value() or b"", key_str(m.key()), tp[0], tp[1], offset, now, self.quieter
+            self.extractor,
+            m.value() or b"",
+            key_str(m.key()),
+            tp[0],
+            tp[1],
+            offset,
+            now,
+            self.quieter,
+            literal=literal,
         )
         for out in hold_job_signals(outs, by_job):
             self._produce(self.topics[out.dest], out.key, codec.dumps(out.value))

@@ -24,7 +24,7 @@ short reason, so the agent can dead-letter it and keep going.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -422,20 +422,8 @@ def _syslog_header(text: str) -> tuple[str | None, datetime | None]:
 def normalize_all(value: bytes, key_host: str | None = None) -> list[LogLine]:
     """Read one record into its lines (one for most shapes; OTLP, Loki push, sickbay batches and
     CRI blobs carry several). ``key_host`` (the Kafka key) is the host of last resort."""
-    if not value or not value.strip():
-        raise BadRecord("empty", "record has no content")
-    if len(value) > MAX_RECORD_BYTES:
-        raise BadRecord("too_large", f"{len(value)} bytes > {MAX_RECORD_BYTES}")
-    if value.lstrip()[:1] == b"{":
-        try:
-            obj = codec.loads(value)
-        except codec.JSONDecodeError as exc:
-            raise BadRecord("invalid_json", str(exc)) from exc
-        if not isinstance(obj, dict):
-            raise BadRecord("unknown_shape", "JSON value is not an object")
-        lines = _from_json(obj)
-    else:
-        lines = _from_plain(value)
+    obj = _load_record(value)
+    lines = _from_plain(value) if obj is None else _from_json(obj)
     if key_host:
         lines = [ln if ln.host is not None else ln.model_copy(update={"host": key_host}) for ln in lines]
     # after the key's host: an Event shipped as an exporter's log is about its subject, not that node
@@ -463,24 +451,85 @@ def _is_ecs(obj: dict[str, Any]) -> bool:
     )
 
 
+# A shipper shape read through one pydantic model: the model, and how its record becomes lines.
+_Shape = tuple[type[BaseModel], Callable[[Any], list[LogLine]]]
+
+
+def _model_shape(obj: dict[str, Any]) -> _Shape | None:
+    """The one-model shape of a JSON record; None for the shapes read without one (a Kubernetes
+    Event, OTLP, a Loki push). Raises ``BadRecord("unknown_shape")`` for none of them."""
+    if is_event(obj) or "resourceLogs" in obj or isinstance(obj.get("streams"), list):
+        return None  # an Event first: it has a "message" too
+    if isinstance(obj.get("log"), str):
+        return FluentBitRecord, _from_fluentbit
+    if "schema_version" in obj and isinstance(obj.get("lines"), list):
+        return SickbayLinesRecord, _from_sickbay_batch
+    if isinstance(obj.get("line"), str) and "schema_version" in obj:
+        return SickbayLineRecord, _from_sickbay
+    if isinstance(obj.get("msg"), str) and not isinstance(obj.get("message"), str):
+        return RsyslogJsonRecord, _from_rsyslog
+    if isinstance(obj.get("message"), str):
+        if _is_ecs(obj):
+            return FilebeatRecord, _from_filebeat
+        return VectorRecord, _from_vector
+    keys = ", ".join(sorted(obj)[:8])
+    raise BadRecord("unknown_shape", f"no log/message/msg/line/resourceLogs field (keys: {keys})")
+
+
 def _from_json(obj: dict[str, Any]) -> list[LogLine]:
-    if is_event(obj):  # first: a core/v1 Event has a "message" too
+    shape = _model_shape(obj)
+    if shape is not None:
+        model, lines_of = shape
+        return lines_of(_validate(model, obj))
+    if is_event(obj):
         return [event_line(obj)]
     if "resourceLogs" in obj:
         return _from_otlp(obj)
-    if isinstance(obj.get("streams"), list):
-        return _from_loki(obj)
-    if isinstance(obj.get("log"), str):
-        return _from_fluentbit(_validate(FluentBitRecord, obj))
-    if "schema_version" in obj and isinstance(obj.get("lines"), list):
-        return _from_sickbay_batch(_validate(SickbayLinesRecord, obj))
-    if isinstance(obj.get("line"), str) and "schema_version" in obj:
-        return _from_sickbay(_validate(SickbayLineRecord, obj))
-    if isinstance(obj.get("msg"), str) and not isinstance(obj.get("message"), str):
-        return _from_rsyslog(_validate(RsyslogJsonRecord, obj))
-    if isinstance(obj.get("message"), str):
-        if _is_ecs(obj):
-            return _from_filebeat(_validate(FilebeatRecord, obj))
-        return _from_vector(_validate(VectorRecord, obj))
-    keys = ", ".join(sorted(obj)[:8])
-    raise BadRecord("unknown_shape", f"no log/message/msg/line/resourceLogs field (keys: {keys})")
+    return _from_loki(obj)
+
+
+def _load_record(value: bytes) -> dict[str, Any] | None:
+    """The checks every record passes first; its JSON object, or None for a plain text record."""
+    if not value or not value.strip():
+        raise BadRecord("empty", "record has no content")
+    if len(value) > MAX_RECORD_BYTES:
+        raise BadRecord("too_large", f"{len(value)} bytes > {MAX_RECORD_BYTES}")
+    if value.lstrip()[:1] != b"{":
+        return None
+    try:
+        obj = codec.loads(value)
+    except codec.JSONDecodeError as exc:
+        raise BadRecord("invalid_json", str(exc)) from exc
+    if not isinstance(obj, dict):
+        raise BadRecord("unknown_shape", "JSON value is not an object")
+    return obj
+
+
+def vet_without_lines(value: bytes) -> bool:
+    """Check a record in whose bytes no rule literal occurs (``Prefilter.records_with_literals``),
+    without building its lines: no rule can fire on them, so only the checks matter. Raises the
+    same :class:`BadRecord` as :func:`normalize_all` for the same record (a bad record is
+    dead-lettered either way) and returns True; returns False where the bytes cannot vouch for the
+    lines and the caller must read them whole:
+
+    - a backslash: a JSON escape (``\\"``, ``\\n``, ``\\u00e9``, ``\\/``) may hide a literal's
+      bytes that the decoded text holds;
+    - a newline inside a plain record: CRI partial pieces are joined across lines;
+    - an Event, OTLP or a Loki push: their lines are composed or re-encoded from the JSON.
+
+    On a fleet most records carry no literal, and the full read (models, CRI split, job id,
+    line objects) was most of the extract stage's time on bench-stream's mix."""
+    obj = _load_record(value)
+    if b"\\" in value:
+        return False
+    if obj is None:
+        if b"\x00" in value:
+            raise BadRecord("binary", "record contains NUL bytes: not a text line")
+        return b"\n" not in value.rstrip(b"\r\n")
+    shape = _model_shape(obj)
+    if shape is None:
+        return False
+    rec = _validate(shape[0], obj)
+    if isinstance(rec, FluentBitRecord):  # the one conversion that can fail after validation
+        _epoch_or_datetime(rec.timestamp if rec.timestamp is not None else rec.time)
+    return True

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import gzip
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
 from pathlib import Path
@@ -252,6 +253,23 @@ class Prefilter:
         if len(lines) == 1:
             return lines[0][2]
         return tuple(sorted({i for _s, _e, ids in lines for i in ids}))
+
+    def records_with_literals(self, values: Sequence[bytes]) -> list[bool]:
+        """For each record of a batch, whether a literal occurs anywhere in its bytes: one scan of
+        the batch joined by newlines (no literal holds a newline, so none can span two records),
+        not one call per record, whose fixed cost was most of the scan."""
+        if not values:
+            return []
+        starts: list[int] = []
+        pos = 0
+        for value in values:
+            starts.append(pos)
+            pos += len(value) + 1
+        buf = b"\n".join(values)
+        out = [False] * len(values)
+        for start, _end, _ids in self._lines(buf, len(buf)):
+            out[bisect_right(starts, start) - 1] = True
+        return out
 
     def hits(self, chunk: bytes | bytearray) -> Iterator[Hit]:
         """The lines of ``chunk`` that contain a literal, with their 0-based index in it."""

@@ -14,7 +14,7 @@ from schemas.base import Contract
 from schemas.signals import Signal
 from streams.deadletters import dead_letter
 from streams.extract.extractor import Extractor, Position
-from streams.extract.normalize import BadRecord, normalize_all
+from streams.extract.normalize import BadRecord, normalize_all, vet_without_lines
 from streams.extract.quiet import RepeatQuieter
 from streams.extract.telemetry import parse_metric
 
@@ -42,14 +42,19 @@ def extract_record(
     offset: int,
     now: datetime,
     quieter: RepeatQuieter | None = None,
+    literal: bool = True,
 ) -> list[Outgoing]:
     """Signals of one ``raw.logs`` record (job facts → ``signals.job``, node facts → ``signals.node``
     for the route step), a Vector metric event → ``raw.telemetry``, anything unreadable or a rule
     bug → one dead letter with the reason. Never raises: a bad record must not stop the stream.
-    With a ``quieter``, repeats of a quiet rule's fact are not sent (``quiet.py``)."""
+    With a ``quieter``, repeats of a quiet rule's fact are not sent (``quiet.py``). ``literal=False``
+    says no rule literal occurs in the record's bytes (a batch scan found none): it is then only
+    checked, not read into lines, where the bytes can vouch for them (``vet_without_lines``)."""
     try:
         if (sample := parse_metric(value, key_host=key)) is not None:  # Vector metric event
             return [Outgoing("raw_telemetry", sample.node.encode(), sample)]
+        if not literal and vet_without_lines(value):
+            return []
         out: list[Outgoing] = []
         for i, line in enumerate(normalize_all(value, key_host=key)):
             for sig in extractor.extract(line, now, Position(topic, partition, offset, index=i)):

@@ -1,0 +1,140 @@
+"""A record in whose bytes no rule literal occurs is only checked, not read into lines
+(``Prefilter.records_with_literals`` + ``vet_without_lines``): the extract stage must send exactly
+what the full read sends, dead letters included."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from connectors.sources.simulator import SimOptions, background_records, generate
+from connectors.sources.simulator.output import iter_records
+from connectors.sources.simulator.shippers import Shipping
+from schemas import codec
+from streams.extract.extractor import Extractor
+from streams.extract.normalize import MAX_RECORD_BYTES, BadRecord, normalize_all, vet_without_lines
+from streams.extract.prefilter import Prefilter, available_backends
+from streams.extract.record import Outgoing, extract_record
+from streams.extract.rules import load_catalog
+
+CATALOG = load_catalog()
+EX = Extractor(CATALOG)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def sent(outs: list[Outgoing]) -> list[tuple[str, bytes, dict[str, object]]]:
+    """What goes out, without a dead letter's wall-clock time."""
+    return [(o.dest, o.key, o.value.model_dump(exclude={"time"})) for o in outs]
+
+
+def simulated_records() -> list[tuple[bytes, bytes]]:
+    """Every shipper shape the simulator writes (Fluent Bit, Vector, Filebeat, rsyslog, OTLP, Loki,
+    plain, Kubernetes Events), healthy background and faults."""
+    out: list[tuple[bytes, bytes]] = []
+    for index, name in enumerate(
+        ["xid79_fallen_off_bus", "app_cuda_oom", "ib_port_flapping", "infra_preemption", "hang_no_error"]
+    ):
+        sc = generate(name, index, t0=NOW, options=SimOptions(telemetry_every_s=0.0, k8s_share=0.5))
+        out += [(r.key, r.value) for r in iter_records(sc.events, Shipping(index))]
+    for seed in range(3):
+        nodes = [f"bn{seed}{k}" for k in range(4)]
+        out += [(nodes[0].encode(), v) for v in background_records(seed, nodes, str(7000 + seed), 60, t0=NOW)]
+    return out
+
+
+@pytest.mark.parametrize("backend", available_backends())
+def test_the_batch_scan_marks_exactly_the_records_a_per_record_scan_finds(backend):
+    pf = Prefilter.from_catalog(CATALOG, backend)
+    values = [v for _, v in simulated_records()]
+    values += [
+        b"",
+        b"no literal here\nnor here",
+        b"first line\nNVRM: Xid (PCI:0000:06:00): 79, pid=1",
+        b"\n\n",
+    ]
+    marked = pf.records_with_literals(values)
+    assert marked == [bool(pf.literal_ids(v)) for v in values]
+    assert any(marked) and not all(marked)
+    assert pf.records_with_literals([]) == []
+
+
+def test_records_without_a_literal_send_the_same_as_a_full_read():
+    records = simulated_records()
+    marked = CATALOG.prefilter.records_with_literals([v for _, v in records])
+    skipped = 0
+    for offset, ((key, value), literal) in enumerate(zip(records, marked, strict=True)):
+        full = extract_record(EX, value, key.decode(), "raw.logs", 0, offset, NOW)
+        fast = extract_record(EX, value, key.decode(), "raw.logs", 0, offset, NOW, literal=literal)
+        assert sent(fast) == sent(full), value
+        skipped += not literal
+    assert skipped > len(records) // 3  # most healthy chatter carries no literal
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"", "empty"),
+        (b"   \n", "empty"),
+        (b'{"log": "unterminated', "invalid_json"),
+        (b"[1, 2]", "invalid_json"),  # not an object: starts with "[" so it is plain text
+        (b'{"foo": 1, "bar": 2}', "unknown_shape"),
+        (b'{"log": 42}', "unknown_shape"),
+        (b'{"message": "x", "timestamp": "not a time"}', "invalid_record"),
+        (b"\x00\x01\x02binary", "binary"),
+        (b"x" * (MAX_RECORD_BYTES + 1), "too_large"),
+    ],
+)
+def test_a_bad_record_without_a_literal_is_rejected_for_the_same_reason(raw, reason):
+    try:
+        normalize_all(raw)
+    except BadRecord as exc:
+        expected: str | None = exc.reason
+    else:
+        expected = None
+    if expected is None:  # a record the full read accepts: the check accepts it too
+        assert vet_without_lines(raw) is True
+        return
+    assert expected == reason
+    with pytest.raises(BadRecord) as info:
+        vet_without_lines(raw)
+    assert info.value.reason == reason
+
+
+def test_a_fluent_bit_time_no_clock_can_hold_fails_both_ways_alike():
+    raw = codec.dumps({"log": "hello", "time": 1e300})
+    with pytest.raises((OverflowError, ValueError, OSError)):
+        normalize_all(raw)
+    with pytest.raises((OverflowError, ValueError, OSError)):
+        vet_without_lines(raw)
+    [out] = extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW, literal=False)
+    assert out.dest == "dlq" and out.value.reason == "extractor_error"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # a JSON escape can hide a literal's bytes that the decoded text holds
+        codec.dumps({"log": "NVRM: Xid (PCI:0000:06:00): 79, pid=1"}).replace(b"Xid", b"\\u0058id"),
+        # CRI partial pieces are joined across lines
+        b"2026-11-29T10:00:00.1Z stderr P NVRM: X\n2026-11-29T10:00:00.2Z stderr F id (PCI:0000:06:00): 79, pid=1",
+        # an Event's line is its re-encoded JSON; OTLP and Loki bodies are taken apart
+        codec.dumps(
+            {"kind": "Event", "apiVersion": "v1", "reason": "x", "message": "y", "involvedObject": {}}
+        ),
+        codec.dumps({"resourceLogs": []}),
+        codec.dumps({"streams": []}),
+    ],
+)
+def test_records_whose_bytes_cannot_vouch_for_their_lines_are_read_whole(raw):
+    assert vet_without_lines(raw) is False
+    assert sent(extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW, literal=False)) == sent(
+        extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW)
+    )
+
+
+def test_a_literal_split_by_a_cri_partial_line_still_fires_its_rule():
+    raw = b"2026-11-29T10:00:00.1Z stderr P NVRM: X\n2026-11-29T10:00:00.2Z stderr F id (PCI:0000:06:00): 79, pid=1"
+    assert not CATALOG.prefilter.records_with_literals([raw])[0]  # no literal in the bytes
+    outs = extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW, literal=False)
+    assert [o.value.rule for o in outs] == ["gpu.xid"]  # type: ignore[union-attr]
