@@ -4,7 +4,8 @@
                         │   topology.node ─┴─[route]─> signals.job
                         └─> signals.job ──┬──────────[correlate]─> incidents ─[decide]─> actions, audit
                   [refine timer] ─> control.ticks ─┘         └─> topology.node
-    signals.job + control.progress-ticks ─[progress]─> signals.job (hang / slow-rank signals)
+    [hang_watch timer] ─> control.progress-ticks ─┘ the correlate agent's progress step ─>
+                                                   signals.job (hang / slow-rank signals)
     raw.logs metric events ─[extract]─> raw.telemetry ─┐
     signals.node ──────────────────────────────────────┴─[gpu_health]─> signals.node (slow GPU),
                                                          health.nodes, incidents (degrading)
@@ -37,7 +38,7 @@ class Topics:
     node_inbox: Any  # signals.node + topology.node + control.node-ticks, co-partitioned by node
     signals_job: Any
     ticks_job: Any
-    job_inbox: Any  # signals.job + control.ticks, co-partitioned by job
+    job_inbox: Any  # signals.job + control.ticks + control.progress-ticks, co-partitioned by job
     incidents: Any
     actions: Any
     audit: Any
@@ -45,8 +46,7 @@ class Topics:
     topology_jobs: Any = None  # JobInfo for the decide step (partition, APS override, checkpoint)
     isolation_requests: Any = None  # decide → per-cluster isolation gate
     raw_telemetry: Any = None  # GpuTelemetry, keyed by node
-    ticks_progress: Any = None  # hang_watch timer → progress agent, keyed by job
-    progress_inbox: Any = None  # signals.job + control.progress-ticks, co-partitioned by job
+    ticks_progress: Any = None  # hang_watch timer → the progress step (in the correlate agent), by job
     gpu_inbox: Any = None  # raw.telemetry + signals.node, co-partitioned by node
     health_nodes: Any = None  # NodeHealth snapshots, keyed by node
 
@@ -97,7 +97,13 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
         ),
         signals_job=_topic(app, cat.signals_job),
         ticks_job=_topic(app, cat.ticks_job),
-        job_inbox=app.topic(cat.signals_job.name, cat.ticks_job.name, key_type=bytes, key_serializer="raw"),
+        job_inbox=app.topic(
+            cat.signals_job.name,
+            cat.ticks_job.name,
+            cat.ticks_progress.name,
+            key_type=bytes,
+            key_serializer="raw",
+        ),
         incidents=_topic(app, cat.incidents),
         actions=_topic(app, cat.actions),
         audit=_topic(app, cat.audit),
@@ -106,9 +112,6 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
         isolation_requests=_topic(app, cat.isolation_requests),
         raw_telemetry=_topic(app, cat.raw_telemetry),
         ticks_progress=_topic(app, cat.ticks_progress),
-        progress_inbox=app.topic(
-            cat.signals_job.name, cat.ticks_progress.name, key_type=bytes, key_serializer="raw"
-        ),
         gpu_inbox=app.topic(
             cat.raw_telemetry.name, cat.signals_node.name, key_type=bytes, key_serializer="raw"
         ),
@@ -119,10 +122,10 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
         register_extract(pipe)
     else:
         register_batched_extract(pipe)
-    register_correlate(pipe)
     if settings.detectors:
-        register_progress(pipe)
+        register_progress(pipe)  # first: the correlate agent drives its step
         register_gpu_health(pipe)
+    register_correlate(pipe)
     register_decide(pipe)
     return pipe
 

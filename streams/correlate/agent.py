@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,7 +34,8 @@ from schemas.topics import (
 from streams.correlate.attribution import PlaceOf
 from streams.correlate.correlator import Timing, add_signal, apply_topology, decide_now, tick
 from streams.correlate.lookback import LOOKBACK_RULES, recall, remember
-from streams.correlate.progress import CHECKPOINT_SAVED, is_checkpoint_save
+from streams.correlate.progress import is_checkpoint_save
+from streams.correlate.progress_agent import PROGRESS_TICK, ProgressStage
 from streams.correlate.restarts import remember_failure, saw_checkpoint
 from streams.correlate.state import (
     RANK_PLACEMENT_RULE,
@@ -119,6 +120,8 @@ class CorrelateStage:
     def __init__(self, pipe: Pipeline) -> None:
         app, settings = pipe.app, pipe.settings
         self.t = pipe.topics
+        # the progress step runs on the same records (progress_agent.py); None without detectors
+        self.progress: ProgressStage | None = pipe.services.get("progress")
         self.cluster = settings.cluster
         self.lateness = timedelta(seconds=settings.lateness_s)
         self.unclaimed_grace = timedelta(seconds=settings.unclaimed_grace_s)
@@ -285,8 +288,9 @@ class CorrelateStage:
             self.topologies.put(job_id, kept)
 
     async def on_job_event(self, event: Any) -> None:
-        """One record of ``signals.job`` or ``control.ticks``: a signal, a batch of one job's signals
-        (each handled in order, a bad one dead-lettered alone) or a tick."""
+        """One record of the job inbox (``signals.job``, ``control.ticks``, ``control.progress-ticks``):
+        a signal, a batch of one job's signals (each handled in order, a bad one dead-lettered alone)
+        or a tick."""
         job_id = key_str(event.key) or "?"
 
         async def handle(value: Any) -> None:
@@ -296,39 +300,48 @@ class CorrelateStage:
 
     @contextmanager
     def _deferred_writes(self) -> Iterator[None]:
-        """The job's window, topology and placements reach their tables once per batch (entered only
-        around a batch: a ``contextmanager`` runs nothing until it is entered)."""
-        with self.parsed_windows.deferred(), self.topologies.deferred(), self.places.deferred():
+        """The job's window, topology and placements (and its progress state) reach their tables once
+        per batch (entered only around a batch: a ``contextmanager`` runs nothing until entered)."""
+        with ExitStack() as stack:
+            for cache in (self.parsed_windows, self.topologies, self.places):
+                stack.enter_context(cache.deferred())
+            if self.progress is not None:
+                stack.enter_context(self.progress.deferred_saves())
             yield
 
     async def on_job_value(self, event: Any, job_id: str, value: Any) -> None:
-        now = utcnow()
-        is_tick = isinstance(value, dict) and bool(value.get("tick"))
-        if isinstance(value, dict) and value.get("role") == Role.PROGRESS.value:
-            if CHECKPOINT_SAVED in str(value.get("rule")):
-                with suppress(ValidationError):  # the progress agent dead-letters a malformed one
-                    self.saw_checkpoint(job_id, Signal.model_validate(value))
-            return  # the progress agent's input (it validates, and dead-letters what is malformed)
-        if not is_tick:
-            try:
-                signal = Signal.model_validate(value)
-            except ValidationError as exc:
-                await self.dead_letter("correlate", event, job_id, exc, item=value)
-                return
-            if signal.role == Role.PROGRESS:
-                self.saw_checkpoint(job_id, signal)  # the rest is the progress agent's input
-                return
-            if signal.rule == RANK_PLACEMENT_RULE:
-                self.record_place(job_id, signal)
-                return
+        """One plain record for a job: each of the job's steps (correlate, then progress) sees it,
+        validated once; a malformed one is dead-lettered once."""
+        if isinstance(value, dict) and (tick := value.get("tick")):
+            if tick == PROGRESS_TICK:
+                if self.progress is not None:
+                    await self.progress.on_tick_for(job_id)
+            elif (window := self.parsed_windows.get(job_id)) is not None:
+                await self.on_tick(job_id, window, self.topologies.get(job_id), utcnow())
+            return
+        try:
+            signal = Signal.model_validate(value)
+        except ValidationError as exc:
+            await self.dead_letter("correlate", event, job_id, exc, item=value)
+            return
+        try:
+            await self.on_job_signal(job_id, signal)
+        finally:  # a bug in one step must not keep the record from the other
+            if self.progress is not None:
+                await self.progress.on_signal(job_id, signal)
+
+    async def on_job_signal(self, job_id: str, signal: Signal) -> None:
+        if signal.role == Role.PROGRESS:
+            self.saw_checkpoint(job_id, signal)  # the rest is the progress step's
+            return
+        if signal.rule == RANK_PLACEMENT_RULE:
+            self.record_place(job_id, signal)
+            return
         window = self.parsed_windows.get(job_id)
-        if not is_tick and self.settled_without_state(job_id, signal, window):
+        if self.settled_without_state(job_id, signal, window):
             return
         topo = self.topologies.get(job_id)
-        if is_tick:
-            if window is not None:
-                await self.on_tick(job_id, window, topo, now)
-            return
+        now = utcnow()
         if signal.role == Role.TOPOLOGY:
             await self.on_topology(job_id, signal, window, topo, now)
         else:

@@ -1,6 +1,7 @@
-"""Faust agent ``progress`` (keyed by job) and the ``hang_watch`` timer.
+"""The progress step (keyed by job) and the ``hang_watch`` timer.
 
-The agent reads every job signal (``signals.job``, beside the correlate agent) and keeps,
+The step sees every job signal: the correlate agent hands it each record of its job inbox
+(``signals.job`` and ``control.progress-ticks``), after its own step, validated once. It keeps,
 per job, the progress state of :mod:`streams.correlate.progress` and the per-rank pace of
 :mod:`streams.correlate.straggler` in the ``job-progress`` table. Its findings (a hang, a
 slow rank) go back onto ``signals.job`` as root-candidate signals with deterministic ids,
@@ -8,8 +9,14 @@ so the one attribution engine in the correlate agent builds the incident, next t
 else the job's window holds (NCCL watchdog timeouts, a late Xid).
 
 Faust tables change only inside a stream, so the ``hang_watch`` timer reads the table, and
-for each job whose silence is due sends a tick on ``control.progress-ticks``, which this
-agent reads; the tick re-checks the job and reports.
+for each job whose silence is due sends a tick (``{"tick": "progress"}``) on
+``control.progress-ticks``, which reaches this step through the correlate agent; the tick
+re-checks the job and reports.
+
+It was an agent of its own on the same records until bench-stream's profile showed what that
+cost: every ``signals.job`` record fetched, decoded and dispatched twice, and most validated
+twice (the correlate step validates every signal it keeps; this step every signal of a job it
+watches).
 
 The detector's clock: ``wall`` (production) compares silence against the wall clock and
 stamps progress with max(event time, processing time), so a backlog never looks like a hang;
@@ -33,12 +40,12 @@ from schemas.signals import Role, Signal
 from schemas.topics import TABLE_JOB_PROGRESS
 from streams.correlate import progress, straggler
 from streams.correlate.table_cache import DeferredWrites
-from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
-from streams.signal_batches import handle_each
 
 log = logging.getLogger("sickbay.progress")
-IGNORED_ROLES = frozenset({Role.HINT.value, Role.CONFIRMATION.value})
+IGNORED_ROLES = frozenset({Role.HINT, Role.CONFIRMATION})
+# the value of a progress tick's "tick" field; the correlate step's own ticks say ``True``
+PROGRESS_TICK = "progress"
 MAX_CACHED = 20_000
 
 
@@ -120,31 +127,19 @@ class ProgressStage:
         """Partitions moved: parsed copies may be stale, the table is the truth again."""
         self.cache.clear()
 
-    async def on_event(self, event: Any) -> None:
-        """A signal, a batch of one job's signals (each in order, a bad one dead-lettered alone) or
-        a tick."""
-        job_id = key_str(event.key) or "?"
+    async def on_tick_for(self, job_id: str) -> None:
+        """A tick from ``hang_watch``: re-check the job's silence."""
+        watch = self.load(job_id)
+        if watch is not None:
+            await self.on_tick(job_id, watch)
 
-        async def handle(value: Any) -> None:
-            await self.on_value(event, job_id, value)
-
-        await handle_each(event, job_id, "progress", self.t.dlq, handle, around=self.deferred_saves())
-
-    async def on_value(self, event: Any, job_id: str, value: Any) -> None:
-        if isinstance(value, dict) and value.get("role") in IGNORED_ROLES:
+    async def on_signal(self, job_id: str, signal: Signal) -> None:
+        """One validated signal of the job."""
+        if signal.role in IGNORED_ROLES:
             return  # a hint or confirmation never changes progress: skip loading the job's state
         watch = self.load(job_id)
-        if isinstance(value, dict) and value.get("tick"):
-            if watch is not None:
-                await self.on_tick(job_id, watch)
-            return
-        if not self.relevant(watch, value):
-            return  # most of signals.job: skip before validating (the correlate agent reads it too)
-        try:
-            signal = Signal.model_validate(value)
-        except ValidationError as exc:
-            await dead_letter_event(self.t.dlq, "progress", event, job_id, exc, item=value)
-            return
+        if watch is None and signal.role not in (Role.PROGRESS, Role.TOPOLOGY):
+            return  # most of signals.job: nothing to fold into a job not watched yet
         if progress.is_checkpoint_save(signal):
             # The decide step counts failures since the last checkpoint: tell it one was written.
             info = JobInfo(job_id=job_id, last_checkpoint_at=signal.event_time, time=utcnow())
@@ -154,13 +149,6 @@ class ProgressStage:
             new = await self.check_rank_pace(new, signal)
             if new is not watch:
                 self.save(job_id, new)
-
-    @staticmethod
-    def relevant(watch: JobWatch | None, value: Any) -> bool:
-        """Whether a record that is not a hint or confirmation (``on_value`` drops those first) can
-        change the job's progress state (unreadable ones can, so they reach the dead-letter path)."""
-        role = value.get("role") if isinstance(value, dict) else None
-        return watch is not None or role in (None, Role.PROGRESS.value, Role.TOPOLOGY.value)
 
     def fold(self, watch: JobWatch | None, signal: Signal) -> JobWatch | None:
         old = watch.progress if watch else None
@@ -220,26 +208,19 @@ class ProgressStage:
             now = self.clock.now(state)
             if due is not None and now >= due:
                 await self.t.ticks_progress.send(
-                    key=(key_str(job_id) or "?").encode(), value={"tick": True, "at": now}
+                    key=(key_str(job_id) or "?").encode(), value={"tick": PROGRESS_TICK, "at": now}
                 )
 
 
 def register(pipe: Pipeline) -> None:
+    """The step's table and timer; the correlate agent, registered after it, drives the step."""
     app = pipe.app
     stage = ProgressStage(pipe)
     pipe.tables["job_progress"] = stage.table
-
-    @app.agent(pipe.topics.progress_inbox, name="progress", concurrency=1)
-    async def progress_agent(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                await stage.on_event(event)
-            except Exception as exc:  # one bad event must not stop the stream
-                log.exception("progress failed")
-                await dead_letter_event(pipe.topics.dlq, "progress", event, key_str(event.key) or "", exc)
+    pipe.services["progress"] = stage
 
     @app.timer(interval=pipe.settings.hang_check_interval_s, name="hang_watch")  # type: ignore[untyped-decorator]
     async def hang_watch() -> None:
         await stage.send_ticks()
 
-    pipe.agents.update({"progress": progress_agent, "hang_watch": hang_watch, "progress_stage": stage})
+    pipe.agents.update({"hang_watch": hang_watch, "progress_stage": stage})

@@ -137,9 +137,9 @@ async def test_extract_routes_vector_metric_events_to_raw_telemetry_and_refuses_
     assert [s.rule for _, s in h.sent["signals_node"]] == ["gpu.xid"]
 
 
-async def test_progress_agent_reports_a_silent_job_once_as_a_hang_signal_on_its_job(h: Harness) -> None:
+async def test_progress_step_reports_a_silent_job_once_as_a_hang_signal_on_its_job(h: Harness) -> None:
     stage = h.pipe.agents["progress_stage"]
-    async with h.pipe.agents["progress"].test_context() as agent:
+    async with h.pipe.agents["correlate"].test_context() as agent:
         for i in range(6):
             await agent.put(_d(_progress("42", (i + 1) * 10, i * 60.0)), key=b"42")
         # the job's clock moves 30 minutes on (NCCL watchdog timeouts), with no progress since
@@ -151,8 +151,9 @@ async def test_progress_agent_reports_a_silent_job_once_as_a_hang_signal_on_its_
         await stage.send_ticks()
         ticks = [k for k, _ in h.sent["ticks_progress"]]
         assert ticks == [b"42"]  # job 43 has just started
-        await agent.put({"tick": True}, key=b"42")
-        await agent.put({"tick": True}, key=b"42")  # a second tick reports nothing new
+        await agent.put({"tick": "progress"}, key=b"42")
+        await agent.put({"tick": "progress"}, key=b"42")  # a second tick reports nothing new
+        await agent.put({"tick": True}, key=b"42")  # the correlate step's tick is not the progress step's
     [(key, hang)] = h.sent["signals_job"]
     assert key == b"42" and isinstance(hang, Signal)
     assert hang.rule == progress.HANG_RULE and hang.role == Role.ROOT_CANDIDATE and hang.job_id == "42"
@@ -160,11 +161,11 @@ async def test_progress_agent_reports_a_silent_job_once_as_a_hang_signal_on_its_
     assert hang.attrs["nccl_timeouts"] == 1 and "NCCL watchdog" in hang.summary
 
 
-async def test_progress_agent_reads_a_packed_batch_as_the_same_signals_sent_alone(h: Harness) -> None:
+async def test_progress_step_reads_a_packed_batch_as_the_same_signals_sent_alone(h: Harness) -> None:
     stage = h.pipe.agents["progress_stage"]
     steps = [_progress("42", (i + 1) * 10, i * 60.0) for i in range(6)]
     bad = {**_d(_progress("42", 999, 400.0)), "role": "no_such_role"}
-    async with h.pipe.agents["progress"].test_context() as agent:
+    async with h.pipe.agents["correlate"].test_context() as agent:
         batch = _d(SignalBatch(job_id="42", signals=steps[:3]))
         batch["signals"].append(bad)  # one unreadable signal inside the batch
         await agent.put(batch, key=b"42")
@@ -194,12 +195,12 @@ class _CountingWrites:
         self.real[key] = value
 
 
-async def test_progress_agent_writes_a_jobs_state_once_per_batch_with_its_last_value(h: Harness) -> None:
+async def test_progress_step_writes_a_jobs_state_once_per_batch_with_its_last_value(h: Harness) -> None:
     stage = h.pipe.agents["progress_stage"]
     counting = _CountingWrites(stage.table)
     stage.table = counting
     steps = [_progress("42", (i + 1) * 10, i * 60.0) for i in range(6)]
-    async with h.pipe.agents["progress"].test_context() as agent:
+    async with h.pipe.agents["correlate"].test_context() as agent:
         await agent.put(_d(SignalBatch(job_id="42", signals=steps)), key=b"42")
         await agent.put(_d(_progress("42", 70, 360.0)), key=b"42")  # alone: written at once
     assert counting.writes == {"42": 2}
@@ -208,9 +209,9 @@ async def test_progress_agent_writes_a_jobs_state_once_per_batch_with_its_last_v
     assert watch is not None and [src.last_step for src in watch.progress.sources.values()] == [70]
 
 
-async def test_progress_agent_does_not_tick_a_job_that_keeps_progressing(h: Harness) -> None:
+async def test_progress_step_does_not_tick_a_job_that_keeps_progressing(h: Harness) -> None:
     stage = h.pipe.agents["progress_stage"]
-    async with h.pipe.agents["progress"].test_context() as agent:
+    async with h.pipe.agents["correlate"].test_context() as agent:
         for i in range(6):
             await agent.put(_d(_progress("42", (i + 1) * 10, i * 60.0)), key=b"42")
         await stage.send_ticks()
@@ -224,7 +225,7 @@ async def test_a_saved_checkpoint_is_published_as_the_jobs_last_checkpoint_for_t
     saved = _progress("42", 2000, 600.0).model_copy(
         update={"signal_id": "ck", "rule": "progress.megatron_checkpoint_saved"}
     )
-    async with h.pipe.agents["progress"].test_context() as agent:
+    async with h.pipe.agents["correlate"].test_context() as agent:
         await agent.put(_d(_progress("42", 1990, 590.0)), key=b"42")
         await agent.put(_d(saved), key=b"42")
     [(key, info)] = h.sent["topology_jobs"]
@@ -232,12 +233,12 @@ async def test_a_saved_checkpoint_is_published_as_the_jobs_last_checkpoint_for_t
     assert (info.partition, info.scheduler, info.comment) == (None, None, None)  # says only the checkpoint
 
 
-async def test_progress_agent_dead_letters_a_malformed_signal_and_keeps_going(h: Harness) -> None:
-    async with h.pipe.agents["progress"].test_context() as agent:
+async def test_a_malformed_job_signal_is_dead_lettered_once_and_the_job_steps_keep_going(h: Harness) -> None:
+    async with h.pipe.agents["correlate"].test_context() as agent:
         await agent.put({"signal_id": "x", "rule": "progress.megatron_iteration"}, key=b"42")
         await agent.put(_d(_progress("42", 10, 0.0)), key=b"42")
     [(_, letter)] = h.sent["dlq"]
-    assert letter.stage == "progress" and letter.reason == "invalid_record"
+    assert letter.stage == "correlate" and letter.reason == "invalid_record"  # once, not once per step
     assert h.pipe.tables["job_progress"].get("42") is not None
 
 
