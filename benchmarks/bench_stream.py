@@ -78,6 +78,7 @@ class Fault:
     job_id: str
     category: str
     records: list[tuple[bytes, bytes, bool]]  # key, value, decisive
+    scenario: str = ""
 
 
 @dataclass
@@ -128,7 +129,7 @@ def build_mix(
             job_number=500_000 + index,
         )
         recs = [(r.key, r.value, r.decisive) for r in iter_records(sc.events, Shipping(index))]
-        mix.faults.append(Fault(sc.truth.job_id, sc.truth.category.value, recs))
+        mix.faults.append(Fault(sc.truth.job_id, sc.truth.category.value, recs, name))
         streams.append([(key, value) for key, value, _ in recs])
     # round-robin across the per-job streams (each stays in its own order)
     longest = max((len(s) for s in streams), default=0)
@@ -503,10 +504,14 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         wait_caught_up(bootstrap, owners, stages, args.partitions, 600)
         time.sleep(2)
         latencies = []
+        slowest: list[tuple[float, str]] = []
         for f in live.faults:
             seen = reader.first.get((f.job_id, f.category))
             if seen is not None and f.job_id in sent_at:
                 latencies.append(max(0.0, seen - sent_at[f.job_id]))
+                slowest.append((latencies[-1], f"{f.scenario} job {f.job_id}"))
+        slowest.sort(reverse=True)
+        print("(c) slowest: " + "; ".join(f"{s:.2f}s {what}" for s, what in slowest[:5]), file=sys.stderr)
         rss, hwm = worker.rss_mb()
         print(
             f"(c) paced at {args.rate:,.0f}/s (achieved {achieved:,.0f}/s): "
