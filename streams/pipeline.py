@@ -74,6 +74,11 @@ def _topic(app: faust.App, spec: TopicSpec, *, raw_value: bool = False) -> Any:
     )
 
 
+def _inbox(app: faust.App, *specs: TopicSpec) -> Any:
+    """One agent's input: several co-partitioned catalog topics read as one stream."""
+    return app.topic(*(spec.name for spec in specs), key_type=bytes, key_serializer="raw")
+
+
 def build(app: faust.App, settings: Settings) -> Pipeline:
     from streams.correlate.agent import register as register_correlate
     from streams.correlate.node_agent import register as register_gpu_health
@@ -88,22 +93,10 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
         signals_node=_topic(app, cat.signals_node),
         topology_node=_topic(app, cat.topology_node),
         ticks_node=_topic(app, cat.ticks_node),
-        node_inbox=app.topic(
-            cat.signals_node.name,
-            cat.topology_node.name,
-            cat.ticks_node.name,
-            key_type=bytes,
-            key_serializer="raw",
-        ),
+        node_inbox=_inbox(app, cat.signals_node, cat.topology_node, cat.ticks_node),
         signals_job=_topic(app, cat.signals_job),
         ticks_job=_topic(app, cat.ticks_job),
-        job_inbox=app.topic(
-            cat.signals_job.name,
-            cat.ticks_job.name,
-            cat.ticks_progress.name,
-            key_type=bytes,
-            key_serializer="raw",
-        ),
+        job_inbox=_inbox(app, cat.signals_job, cat.ticks_job, cat.ticks_progress),
         incidents=_topic(app, cat.incidents),
         actions=_topic(app, cat.actions),
         audit=_topic(app, cat.audit),
@@ -112,9 +105,7 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
         isolation_requests=_topic(app, cat.isolation_requests),
         raw_telemetry=_topic(app, cat.raw_telemetry),
         ticks_progress=_topic(app, cat.ticks_progress),
-        gpu_inbox=app.topic(
-            cat.raw_telemetry.name, cat.signals_node.name, key_type=bytes, key_serializer="raw"
-        ),
+        gpu_inbox=_inbox(app, cat.raw_telemetry, cat.signals_node),
         health_nodes=_topic(app, cat.health_nodes),
     )
     pipe = Pipeline(app=app, settings=settings, topics=topics, agents={}, tables={})

@@ -93,19 +93,20 @@ def test_sickbay_collector_record_round_trips():
     assert (line.adapter, line.host, line.job_id) == ("sickbay", "h", "12")
 
 
-@pytest.mark.parametrize(
-    ("raw", "reason"),
-    [
-        (b"", "empty"),
-        (b"   \n", "empty"),
-        (b'{"log": "unterminated', "invalid_json"),
-        (b'{"foo": 1, "bar": 2}', "unknown_shape"),
-        (b'{"log": 42}', "unknown_shape"),
-        (b'{"message": "x", "timestamp": "not a time"}', "invalid_record"),
-        (b"\x00\x01\x02binary", "binary"),
-        (b"x" * (MAX_RECORD_BYTES + 1), "too_large"),
-    ],
-)
+# (record, the reason it is refused), shared with test_literal_free_records.py
+UNREADABLE = [
+    (b"", "empty"),
+    (b"   \n", "empty"),
+    (b'{"log": "unterminated', "invalid_json"),
+    (b'{"foo": 1, "bar": 2}', "unknown_shape"),
+    (b'{"log": 42}', "unknown_shape"),
+    (b'{"message": "x", "timestamp": "not a time"}', "invalid_record"),
+    (b"\x00\x01\x02binary", "binary"),
+    (b"x" * (MAX_RECORD_BYTES + 1), "too_large"),
+]
+
+
+@pytest.mark.parametrize(("raw", "reason"), UNREADABLE)
 def test_unreadable_records_raise_bad_record_with_a_stable_reason(raw, reason):
     with pytest.raises(BadRecord) as info:
         normalize(raw)
