@@ -281,8 +281,10 @@ class CorrelateStage:
 
     def saw_checkpoint(self, job_id: str, signal: Signal) -> None:
         """A checkpoint save: restarts since the job's last failure made progress (restarts.py)."""
+        if not is_checkpoint_save(signal):
+            return  # every progress line comes here: no topology load for the rest
         topo = self.topologies.get(job_id)
-        if topo is None or not is_checkpoint_save(signal):
+        if topo is None:
             return
         if (kept := saw_checkpoint(topo, signal.event_time)) is not topo:
             self.topologies.put(job_id, kept)

@@ -55,12 +55,9 @@ JOB_ENDING_RULES = ("slurm.job_complete", "slurm.job_requeued")
 JOB_STARTING_RULES = ("slurm.job_allocated", "slurm.job_started_backfill")
 
 
-CHECKPOINT_SAVED = "checkpoint_saved"  # in the rule of every completed-save signal
-
-
 def is_checkpoint_save(signal: Signal) -> bool:
     """A completed checkpoint save (Megatron, HF, Lightning, DeepSpeed, aidot)."""
-    return signal.role == Role.PROGRESS and CHECKPOINT_SAVED in signal.rule
+    return signal.role == Role.PROGRESS and "checkpoint_saved" in signal.rule
 
 
 # the framework says training is over (rules in progress_frameworks.toml)

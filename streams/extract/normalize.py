@@ -519,9 +519,9 @@ def vet_without_lines(value: bytes) -> bool:
 
     On a fleet most records carry no literal, and the full read (models, CRI split, job id,
     line objects) was most of the extract stage's time on bench-stream's mix."""
-    obj = _load_record(value)
     if b"\\" in value:
-        return False
+        return False  # the full read checks it (and parses it only once)
+    obj = _load_record(value)
     if obj is None:
         if b"\x00" in value:
             raise BadRecord("binary", "record contains NUL bytes: not a text line")
