@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from schemas.base import Contract, UtcDatetime
 from schemas.incidents import Category
@@ -70,19 +70,30 @@ MAX_SIGNALS_PER_BATCH = 256
 
 
 class SignalBatch(Contract):
-    """Several signals of one job, in the order they were extracted, as one message on ``signals.job``.
+    """Several signals, in the order they were extracted, as one message on ``signals.job``.
 
     Why: a job's start prints one NCCL placement line per rank, and a collective failure one timeout
-    per rank, so a 4,000-rank job sends thousands of facts in a burst. Each Kafka message costs a
-    stateful stage more than the fact inside it (consumer bookkeeping, a pass through each agent, an
-    acknowledgement), so the extract stage packs what one read of ``raw.logs`` found for a job into
-    one message. Consumers unpack it and handle each signal exactly as if it had come alone; a
-    signal keeps its own deterministic id, so a replayed batch is dropped signal by signal.
+    per rank, so a 4,000-rank job sends thousands of facts in a burst; and a busy fleet's thousand
+    jobs each add a few facts to every read of ``raw.logs``. Each Kafka message costs a stateful stage
+    more than the fact inside it (consumer bookkeeping, a pass through each agent, an
+    acknowledgement), so the extract stage packs what one read found for the jobs of one partition
+    into one message. Consumers unpack it and handle each signal exactly as if it had come alone,
+    keyed by its own job; a signal keeps its own deterministic id, so a replayed batch is dropped
+    signal by signal.
+
+    ``job_id`` names the batch's one job; ``None`` means the signals of several jobs that share a
+    partition of ``signals.job`` (the message goes to that partition), and each signal names its job.
     """
 
     kind: Literal["signal_batch"] = SIGNAL_BATCH_KIND
-    job_id: str
+    job_id: str | None = None
     signals: list[Signal] = Field(min_length=1, max_length=MAX_SIGNALS_PER_BATCH)
+
+    @model_validator(mode="after")
+    def _each_signal_names_its_job(self) -> SignalBatch:
+        if self.job_id is None and any(s.job_id is None for s in self.signals):
+            raise ValueError("a batch of several jobs needs a job_id on every signal")
+        return self
 
 
 class JobNodeAssignment(Contract):

@@ -1,6 +1,7 @@
-"""Packing a job's signals into ``SignalBatch`` messages, and unpacking them on the other side.
+"""Packing job signals into ``SignalBatch`` messages, and unpacking them on the other side.
 
-The extract stage packs what one read of ``raw.logs`` found for each job (``pack``); every reader
+The extract stage packs what one read of ``raw.logs`` found for the jobs of each partition of
+``signals.job`` (``pack_partitions``; ``pack`` for one job); every reader
 of ``signals.job`` takes a record apart with ``unpack`` and handles its signals one by one, in order,
 as if each had come alone. Readers that never see a batch (a test feeding single signals) are
 served by the same code.
@@ -41,6 +42,36 @@ def pack_jobs(by_job: dict[bytes, list[Signal]]) -> Iterator[tuple[bytes, Signal
             yield key, value
 
 
+def pack_partitions(
+    by_job: dict[bytes, list[Signal]], partition_of: Callable[[bytes], int]
+) -> Iterator[tuple[int, bytes, Signal | SignalBatch]]:
+    """(partition, key, message) for every job's signals held by ``record.hold_job_signals``: the jobs
+    that share a partition go out together, as few messages as the batch bound allows, each job's
+    signals in order. A message of one job keeps the plain shape (a lone signal, or a batch naming its
+    job); one of several jobs is a batch without a ``job_id`` whose key is one of its jobs. Either way
+    the message goes to the partition its jobs' keys hash to, so every reader keyed by job sees it
+    where it would have seen each signal alone."""
+    shared: dict[int, list[tuple[bytes, list[Signal]]]] = {}
+    for key, signals in by_job.items():
+        shared.setdefault(partition_of(key), []).append((key, signals))
+    for partition, jobs in shared.items():
+        if len(jobs) == 1:
+            key, signals = jobs[0]
+            for value in pack(key.decode(), signals):
+                yield partition, key, value
+            continue
+        flat = [signal for _, signals in jobs for signal in signals]
+        for i in range(0, len(flat), MAX_SIGNALS_PER_BATCH):
+            chunk = flat[i : i + MAX_SIGNALS_PER_BATCH]
+            first = chunk[0].job_id or ""
+            if len(chunk) == 1:
+                yield partition, first.encode(), chunk[0]
+            elif all(s.job_id == first for s in chunk):
+                yield partition, first.encode(), SignalBatch(job_id=first, signals=chunk)
+            else:
+                yield partition, first.encode(), SignalBatch(job_id=None, signals=chunk)
+
+
 def is_batch(value: Any) -> bool:
     return isinstance(value, dict) and value.get("kind") == SIGNAL_BATCH_KIND
 
@@ -62,10 +93,11 @@ async def handle_each(
     key: str,
     stage: str,
     dlq: Any,
-    handle: Callable[[Any], Awaitable[None]],
+    handle: Callable[[Any, str], Awaitable[None]],
     around: AbstractContextManager[Any] | None = None,
 ) -> None:
-    """Hand each plain record of a Faust event to ``handle``, in order. A malformed
+    """Hand each plain record of a Faust event to ``handle`` with its key (the event's, or in a batch
+    of several jobs the signal's own job), in order. A malformed
     batch is dead-lettered whole; inside a batch, a signal whose handling raises is dead-lettered
     alone and the rest are handled. ``around`` wraps a batch (the correlate step defers its table
     writes to the batch's end)."""
@@ -75,12 +107,16 @@ async def handle_each(
         await dead_letter_event(dlq, stage, event, key, exc)
         return
     if len(items) == 1:
-        await handle(items[0])
+        await handle(items[0], key)
         return
+    mixed = event.value.get("job_id") is None  # a batch of several jobs: each signal names its own
     with around or nullcontext():
         for item in items:
+            item_key = key
+            if mixed and isinstance(item, dict) and isinstance(job := item.get("job_id"), str):
+                item_key = job
             try:
-                await handle(item)
+                await handle(item, item_key)
             except Exception as exc:  # one bad signal must not drop the rest of its batch
                 log.exception("%s failed on a batched signal", stage)
-                await dead_letter_event(dlq, stage, event, key, exc, item=item)
+                await dead_letter_event(dlq, stage, event, item_key, exc, item=item)

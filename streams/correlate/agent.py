@@ -292,11 +292,13 @@ class CorrelateStage:
     async def on_job_event(self, event: Any) -> None:
         """One record of the job inbox (``signals.job``, ``control.ticks``, ``control.progress-ticks``):
         a signal, a batch of one job's signals (each handled in order, a bad one dead-lettered alone)
-        or a tick."""
+        or a tick. A batch of several jobs (``SignalBatch`` without a ``job_id``) is handled signal by
+        signal under each one's own job: its jobs share the event's partition, so their tables'
+        writes land where each signal alone would have put them."""
         job_id = key_str(event.key) or "?"
 
-        async def handle(value: Any) -> None:
-            await self.on_job_value(event, job_id, value)
+        async def handle(value: Any, key: str) -> None:
+            await self.on_job_value(event, key, value)
 
         await handle_each(event, job_id, "correlate", self.t.dlq, handle, around=self._deferred_writes())
 

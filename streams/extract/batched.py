@@ -31,6 +31,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from connectors.kafka import consumer_config, producer_config
+from connectors.kafka_partitioner import KeyPartitioner
 from schemas import codec
 from schemas.base import utcnow
 from schemas.signals import Signal
@@ -40,12 +41,13 @@ from streams.extract.quiet import RepeatQuieter
 from streams.extract.record import DESTINATIONS, Destination, extract_record, hold_job_signals
 from streams.pipeline import key_str
 from streams.settings import Settings
-from streams.signal_batches import pack_jobs
+from streams.signal_batches import pack_partitions
 
 log = logging.getLogger("sickbay.extract")
 
 SETTLE_TIMEOUT_S = 60.0  # a batch's sends that are not acknowledged by then are sent again
 RETRY_PAUSE_S = 1.0
+METADATA_TIMEOUT_S = 10.0
 
 
 def consumer_settings(settings: Settings) -> dict[str, Any]:
@@ -82,6 +84,8 @@ class BatchedExtract:
         self._thread = threading.Thread(target=self._run, name="sickbay-extract", daemon=True)
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
+        # signals.job's partitions: the catalog's until ``_open`` asks the broker
+        self._job_partition = KeyPartitioner(settings.topics.signals_job.partitions)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -121,6 +125,23 @@ class BatchedExtract:
             }
         )
         self._consumer.subscribe([self.source], on_revoke=self._on_revoke)
+        self._job_partition = KeyPartitioner(self._partitions_of(self.topics["signals_job"]))
+
+    def _partitions_of(self, topic: str) -> int:
+        """The topic's partition count as the broker has it (packs are sent to explicit partitions,
+        so it must be the count every keyed producer sees); the catalog's when the broker cannot say."""
+        _, producer = self._clients()
+        try:
+            meta = producer.list_topics(topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
+        except KafkaException as exc:
+            meta, reason = None, str(exc)
+        else:
+            reason = str(meta.error) if meta is not None and meta.error is not None else "no metadata"
+        if meta is not None and meta.error is None and meta.partitions:
+            return len(meta.partitions)
+        fallback = self.settings.topics.signals_job.partitions
+        log.warning("extract: no partition count for %s (%s); the catalog's: %d", topic, reason, fallback)
+        return fallback
 
     def _clients(self) -> tuple[Consumer, Producer]:
         if self._consumer is None or self._producer is None:
@@ -190,18 +211,22 @@ class BatchedExtract:
             self._produce(self.topics[out.dest], out.key, codec.dumps(out.value))
 
     def _produce_job_signals(self, by_job: dict[bytes, list[Signal]]) -> None:
-        """Each job's signals of the batch, in the order read, packed into as few messages as
-        ``SignalBatch`` allows: a job's burst (every rank's placement at start, every rank's timeout
-        at a failure) costs the stateful stages one message instead of one per rank."""
+        """Each job's signals of the batch, in the order read, packed with the other jobs of its
+        partition into as few messages as ``SignalBatch`` allows: a job's burst (every rank's placement
+        at start, every rank's timeout at a failure) and a busy fleet's thousand jobs with a fact or two
+        each cost the stateful stages a message per partition, not one per job or per rank."""
         topic = self.topics["signals_job"]
-        for key, value in pack_jobs(by_job):
-            self._produce(topic, key, codec.dumps(value))
+        for partition, key, value in pack_partitions(by_job, self._job_partition):
+            self._produce(topic, key, codec.dumps(value), partition)
 
-    def _produce(self, topic: str, key: bytes, value: bytes) -> None:
+    def _produce(self, topic: str, key: bytes, value: bytes, partition: int | None = None) -> None:
         _, producer = self._clients()
         while True:
             try:
-                producer.produce(topic, value, key)
+                if partition is None:
+                    producer.produce(topic, value, key)
+                else:
+                    producer.produce(topic, value, key, partition=partition)
                 return
             except BufferError:  # the local queue is full: let librdkafka send, then try again
                 producer.poll(0.05)

@@ -267,6 +267,46 @@ async def test_a_packed_burst_of_placements_over_several_blocks_names_the_failin
         assert [table.get(f"44|b{b}") for b in range(3)] == [None, None, None]
 
 
+def _failing_job(job: str, first: int, offset: int) -> list[Signal]:
+    """A job on gpu-<first>..+3 whose third node's GPU falls off the bus while the others time out."""
+    nodes = [f"gpu-{n:02d}" for n in range(first, first + 4)]
+    alloc = one(slurmctld_allocate(job, f"gpu-[{first:02d}-{first + 3:02d}]", T0), offset=offset)
+    timeouts = [
+        one(nccl_timeout(n, r, job, T0 + timedelta(minutes=10)), offset=offset + 1 + r)
+        for r, n in enumerate(nodes)
+        if r != 2
+    ]
+    xid = one(kernel_xid(nodes[2], 79, T0 + timedelta(minutes=1)), offset=offset + 9)
+    return [alloc, *timeouts, xid.model_copy(update={"job_id": job, "routed": True})]
+
+
+async def test_a_batch_of_several_jobs_is_read_as_each_jobs_signals_sent_alone(pipe: Pipeline):
+    """The extract stage packs the jobs that share a partition into one message: each signal is
+    handled under its own job, and each job gets the incident it gets from single messages."""
+    a, b = _failing_job("42", 1, 100), _failing_job("43", 11, 200)
+    mixed = [s for pair in zip(a, b, strict=True) for s in pair]  # interleaved, each job in order
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put(_as_dict(SignalBatch(job_id=None, signals=mixed)), key=b"42")
+    incidents = dict(pipe.sent["incidents"])
+    assert sorted(incidents) == [b"42", b"43"]
+    assert (incidents[b"42"].job_id, incidents[b"42"].culprit.node) == ("42", "gpu-03")
+    assert (incidents[b"43"].job_id, incidents[b"43"].culprit.node) == ("43", "gpu-13")
+    nodes = sorted(a.node for _, a in pipe.sent["topology_node"])
+    assert nodes == [f"gpu-{n:02d}" for n in (*range(1, 5), *range(11, 15))]
+    assert pipe.tables["job_topology"].get("43") is not None  # not filed under the message's key
+
+
+async def test_a_bad_signal_in_a_batch_of_several_jobs_is_dead_lettered_under_its_own_job(pipe: Pipeline):
+    a = _failing_job("42", 1, 100)
+    batch = _as_dict(SignalBatch(job_id=None, signals=[*a, *_failing_job("43", 11, 200)]))
+    batch["signals"][len(a) + 1]["role"] = "no_such_role"  # job 43's first timeout
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put(batch, key=b"42")
+    [(_, letter)] = pipe.sent["dlq"]
+    assert (letter.key, letter.stage, letter.reason) == ("43", "correlate", "invalid_record")
+    assert sorted(key for key, _ in pipe.sent["incidents"]) == [b"42", b"43"]
+
+
 async def test_a_finished_job_without_an_incident_leaves_no_rank_placements_behind(pipe: Pipeline):
     alloc = one(slurmctld_allocate("43", "gpu-[01-02]", T0), offset=1)
     inits = [

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka import ReliableProducer, consumer_config, ensure_topics
+from connectors.kafka_partitioner import partition_for
 from schemas import codec
 from schemas.signals import Signal, SignalBatch
 from schemas.topics import extract_group
@@ -102,22 +103,54 @@ def test_each_record_lands_on_its_topic_and_the_batch_is_committed_once_acknowle
     )
 
 
-def test_a_jobs_signals_of_one_read_arrive_packed_in_one_message_in_their_order(kafka_bootstrap):
+def _read_placed(bootstrap: str, topic: str, expect: int) -> list[tuple[int, bytes, Any]]:
+    """(partition, key, value) of what ``topic`` holds, read from the start."""
+    c = Consumer(consumer_config(bootstrap, f"bx-read-{uuid.uuid4().hex}", "bx-read"))
+    c.subscribe([topic])
+    out: list[tuple[int, bytes, Any]] = []
+    deadline = time.monotonic() + 20
+    while len(out) < expect and time.monotonic() < deadline:
+        for m in c.consume(100, 0.5):
+            if m.error() is None and m.value() is not None:
+                out.append((m.partition() or 0, m.key() or b"", codec.loads(m.value() or b"")))
+    c.close()
+    return out
+
+
+def test_a_reads_job_signals_arrive_one_message_per_partition_where_each_jobs_key_lands(kafka_bootstrap):
+    """Jobs 42 and 43 share partition 0 of two, job 44 has partition 1: one read's facts make one
+    message per partition, each job's facts in their order, on the partition the broker's own keyed
+    placement gives each job (so the correlate agent and its tables see them where they always did)."""
     s = _settings(kafka_bootstrap)
     cat = s.topics
+    assert [partition_for(j, 2) for j in (b"42", b"43", b"44")] == [0, 0, 1]
     burst = [(b"gpu-01", nccl_timeout("gpu-01", rank, "42", T0)) for rank in (3, 0, 2)]
-    _produce(kafka_bootstrap, cat.raw_logs.name, [*burst, (b"gpu-01", nccl_timeout("gpu-01", 5, "43", T0))])
+    others = [
+        (b"gpu-02", nccl_timeout("gpu-02", 5, "43", T0)),
+        (b"gpu-03", nccl_timeout("gpu-03", 7, "44", T0)),
+    ]
+    _produce(kafka_bootstrap, cat.raw_logs.name, [*burst, *others])
     stage = BatchedExtract(s)
     stage._open()
     try:
-        _drain(stage, 4)
+        _drain(stage, 5)
     finally:
         stage._close()
-    out = {v["job_id"]: v for _, v in _read_all(kafka_bootstrap, [cat.signals_job.name], expect=2)}
-    assert sorted(out) == ["42", "43"]
-    batch = SignalBatch.model_validate(out["42"])  # one message for the job's three facts
-    assert [sig.rank for sig in batch.signals] == [3, 0, 2]
-    assert Signal.model_validate(out["43"]).rank == 5  # a lone fact is sent as itself
+    placed = {p: (key, value) for p, key, value in _read_placed(kafka_bootstrap, cat.signals_job.name, 2)}
+    assert sorted(placed) == [0, 1]
+    key, shared = placed[0]
+    batch = SignalBatch.model_validate(shared)  # jobs 42 and 43: one message
+    assert batch.job_id is None and key in (b"42", b"43")
+    assert [(sig.job_id, sig.rank) for sig in batch.signals] == [("42", 3), ("42", 0), ("42", 2), ("43", 5)]
+    key, lone = placed[1]
+    assert key == b"44" and Signal.model_validate(lone).rank == 7  # a partition's lone fact is sent as itself
+    # where the project's producer (librdkafka, murmur2_random) puts each job's key by itself
+    keyed = [(job, codec.dumps({"job": job.decode()})) for job in (b"42", b"43", b"44")]
+    _produce(kafka_bootstrap, cat.signals_job.name, keyed)
+    by_key = {
+        key: p for p, key, value in _read_placed(kafka_bootstrap, cat.signals_job.name, 5) if "job" in value
+    }
+    assert by_key == {b"42": 0, b"43": 0, b"44": 1}
 
 
 def test_a_stage_that_died_before_its_commit_is_replayed_with_the_same_signal_ids(kafka_bootstrap):

@@ -1,4 +1,4 @@
-"""Packing one job's signals into ``SignalBatch`` messages and taking them apart again."""
+"""Packing job signals into ``SignalBatch`` messages (per job, per partition) and taking them apart."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ from datetime import timedelta
 
 import pytest
 
+from connectors.kafka_partitioner import partition_for
 from schemas import codec
 from schemas.signals import MAX_SIGNALS_PER_BATCH, Signal, SignalBatch
 from streams.extract.extractor import Extractor
 from streams.extract.record import Outgoing, extract_record, hold_job_signals
-from streams.signal_batches import BadBatch, pack, unpack
+from streams.signal_batches import BadBatch, pack, pack_partitions, unpack
 from tests.factories import T0, kernel_xid, nccl_timeout
 
 
@@ -67,3 +68,54 @@ def test_job_signals_are_held_per_job_and_everything_else_is_sent_as_it_is():
     rest = hold_job_signals(outs, by_job)
     assert rest == xid and [o.dest for o in rest] == ["signals_node"]
     assert by_job == {b"42": [a, b]}
+
+
+def _job_signals(job: str, ranks: range) -> list[Signal]:
+    sig = _signal(0)
+    return [sig.model_copy(update={"job_id": job, "rank": r, "signal_id": f"{job}/{r}"}) for r in ranks]
+
+
+def _by_partition(by_job: dict[bytes, list[Signal]], partitions: int) -> dict[int, list[Signal]]:
+    out: dict[int, list[Signal]] = {}
+    for key, signals in by_job.items():
+        out.setdefault(partition_for(key, partitions), []).extend(signals)
+    return out
+
+
+def test_the_jobs_of_one_partition_share_messages_sent_to_that_partition_each_job_in_order():
+    by_job = {f"{j}".encode(): _job_signals(f"{j}", range(3)) for j in range(40)}
+    sent = list(pack_partitions(by_job, lambda key: partition_for(key, 4)))
+    assert len(sent) == 4  # 120 signals of 40 jobs: one message per partition
+    for partition, key, message in sent:
+        assert isinstance(message, SignalBatch) and message.job_id is None
+        assert partition_for(key, 4) == partition  # the key is one of its jobs
+        assert {partition_for(s.job_id.encode(), 4) for s in message.signals} == {partition}
+    got = {p: list(m.signals) for p, _, m in sent if isinstance(m, SignalBatch)}
+    assert got == _by_partition(by_job, 4)  # nothing lost, nothing moved, each job's order kept
+
+
+def test_a_partition_holding_one_job_keeps_the_plain_shapes():
+    lone = {b"42": _job_signals("42", range(1))}
+    [(_, key, message)] = pack_partitions(lone, lambda key: 0)
+    assert (key, message) == (b"42", lone[b"42"][0])
+    burst = {b"42": _job_signals("42", range(5))}
+    [(_, key, message)] = pack_partitions(burst, lambda key: 0)
+    assert key == b"42" and isinstance(message, SignalBatch) and message.job_id == "42"
+
+
+def test_a_partitions_signals_past_the_bound_go_in_several_messages():
+    by_job = {f"{j}".encode(): _job_signals(f"{j}", range(100)) for j in range(3)}
+    sent = list(pack_partitions(by_job, lambda key: 0))
+    sizes = [len(m.signals) if isinstance(m, SignalBatch) else 1 for _, _, m in sent]
+    assert sizes == [MAX_SIGNALS_PER_BATCH, 300 - MAX_SIGNALS_PER_BATCH]
+    # the last chunk holds only job 2's signals: it names its job again
+    assert [m.job_id for _, _, m in sent if isinstance(m, SignalBatch)] == [None, "2"]
+    flat = [s for _, _, m in sent for s in (m.signals if isinstance(m, SignalBatch) else [m])]
+    assert flat == [s for signals in by_job.values() for s in signals]
+
+
+def test_a_batch_of_several_jobs_needs_every_signal_to_name_its_job():
+    a, b = _job_signals("42", range(1))[0], _job_signals("43", range(1))[0]
+    assert SignalBatch(signals=[a, b]).job_id is None
+    with pytest.raises(ValueError, match="job_id on every signal"):
+        SignalBatch(signals=[a, b.model_copy(update={"job_id": None})])

@@ -71,14 +71,20 @@ def test_the_sink_falls_back_to_the_contract_and_dead_letters_only_what_it_refus
     assert sink.stats.dead_lettered == 2
 
 
-def test_a_packed_batch_of_job_signals_is_stored_as_one_row_per_signal(signals: list[Signal]):
+@pytest.mark.parametrize("one_job", [True, False], ids=["one job", "jobs of one partition"])
+def test_a_packed_batch_of_job_signals_is_stored_as_one_row_per_signal(signals: list[Signal], one_job: bool):
     cat = TopicCatalog(prefix="t")
     sink = ClickHouseSink(_NoClient(), "db", cat)
     routed = signals[1].model_copy(update={"routed": True})
-    batch = SignalBatch(job_id="42", signals=[signals[0], routed, signals[2]])
+    jobs = ["42", "42", "42"] if one_job else ["42", "43", "44"]
+    packed = [
+        s.model_copy(update={"job_id": j})
+        for s, j in zip((signals[0], routed, signals[2]), jobs, strict=True)
+    ]
+    batch = SignalBatch(job_id="42" if one_job else None, signals=packed)
     sink.add(cat.signals_job.name, codec.dumps(batch), 0, 7)
     alone = ClickHouseSink(_NoClient(), "db", cat)
-    for sig in (signals[0], signals[2]):
+    for sig in (packed[0], packed[2]):
         alone.add(cat.signals_job.name, codec.dumps(sig), 0, 7)
     assert sink.buffers["signals"] == alone.buffers["signals"]  # packing is transport, not data
     assert sink.stats.skipped_routed == 1
