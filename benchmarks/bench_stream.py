@@ -17,8 +17,11 @@ In one run, on one fresh set of topics (``bench<time>.*``):
     loaded, more background traffic and ``--latency-faults`` new fault scenarios are produced
     paced at ``--rate`` events/s for ``--seconds``; for each fault, the time from sending its
     decisive record to seeing its job's first incident with the right category.
-(d) **RSS** of the worker process (VmRSS, and the peak VmHWM) after (c), holding the state of
+(d) **RSS** of the worker (VmRSS, and the peak VmHWM) after (c), holding the state of
     ``--nodes`` nodes and ``--jobs`` jobs (node → jobs, job topology, incident windows).
+
+"The worker" is the worker process and the processes it starts (its extract process,
+``streams/extract/process.py``): CPU seconds and RSS are summed over all of them.
 
 The last line printed is one JSON object: ``events_per_s``, ``raw_consume_per_s``, ``ratio``
 (a / b), ``latency_p50_s``, ``latency_p99_s``, ``rss_mb`` (plus a few context fields). A row
@@ -179,18 +182,43 @@ class Worker:
             time.sleep(0.1)
         raise RuntimeError("worker not ready")
 
+    def pids(self) -> list[int]:
+        """The worker and every process under it (its extract process, multiprocessing's helper)."""
+        found, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            for task in Path(f"/proc/{pid}/task").glob("*/children"):
+                try:
+                    todo.extend(int(c) for c in task.read_text().split())
+                except OSError:  # the process ended between the listing and the read
+                    continue
+        return found
+
     def cpu_s(self) -> float:
-        """User + system CPU seconds the worker has used (robust to other load on the box)."""
-        stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        """User + system CPU seconds the worker's processes have used (robust to other load on the box)."""
+        total = 0
+        for pid in self.pids():
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(stat[11]) + int(stat[12])
+        return total / os.sysconf("SC_CLK_TCK")
 
     def rss_mb(self) -> tuple[float, float]:
-        fields: dict[str, float] = {}
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmHWM"):
-                fields[name] = int(value.split()[0]) / 1024
-        return fields.get("VmRSS", 0.0), fields.get("VmHWM", 0.0)
+        """VmRSS and VmHWM summed over the worker's processes (the peak: each process's own peak)."""
+        fields: dict[str, float] = {"VmRSS": 0.0, "VmHWM": 0.0}
+        for pid in self.pids():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                name, _, value = line.partition(":")
+                if name in fields:
+                    fields[name] += int(value.split()[0]) / 1024
+        return fields["VmRSS"], fields["VmHWM"]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -404,6 +432,11 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         default="batched",
         help="raw.logs → signals: the batched confluent-kafka stage (default) or the Faust agent (A/B)",
     )
+    parser.add_argument(
+        "--extract-thread",
+        action="store_true",
+        help="run the batched stage in a thread of the worker, not its own process (A/B)",
+    )
     parser.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
     parser.add_argument("--keep-topics", action="store_true", help="leave the run's topics on the broker")
     parser.add_argument(
@@ -467,6 +500,7 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         "SICKBAY_STATE_DIR": str(workdir),
         "SICKBAY_MODE": "observe",
         "SICKBAY_EXTRACT_STAGE": args.extract_stage,
+        "SICKBAY_EXTRACT_PROCESS": "false" if args.extract_thread else "true",
     }
     # (b) first: the same bytes, a bare consumer, nothing else running
     raw_rate = raw_consume_rate(bootstrap, cat.raw_logs.name, len(pre.records))
@@ -540,6 +574,7 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         "latency_faults_seen": f"{len(latencies)}/{len(live.faults)}",
         "state": f"{args.nodes} nodes, {args.jobs} jobs",
         "extract_stage": args.extract_stage,
+        "extract_in": "thread" if args.extract_thread or args.extract_stage == "agent" else "process",
     }
     if not args.no_record:
         append_row(

@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     # agents (streams/extract/batched.py, consumer group "<app_id>-extract"); "agent" is Faust's
     # per-message agent (in-memory tests, or a fallback). Same rules, same signal ids either way.
     extract_stage: Literal["batched", "agent"] = "batched"
+    extract_process: bool = Field(
+        default=True,
+        description="run the batched stage in a child process with its own GIL (else a thread of the "
+        "worker, sharing the agents' interpreter); it dies with the worker and the worker with it",
+    )
     extract_batch_max: int = Field(
         default=20_000, ge=1, description="raw records per read (a backlog fills it, live traffic rarely)"
     )

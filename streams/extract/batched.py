@@ -14,8 +14,9 @@ signals keep their ids: ``topic/partition/offset`` + rule, so the correlator dro
 ``kill -9`` between send and commit replays at most one batch, the same way. Offsets are committed
 on a rebalance before the partitions move, so another worker starts where this one stopped.
 
-It runs in a thread of the worker process (consumer group ``<app_id>-extract``); a stage that dies
-crashes the worker (it must not stop reading while the worker looks alive).
+It runs beside the worker's agents (consumer group ``<app_id>-extract``): in a child process with its
+own GIL by default (``process.py``), or in a thread of the worker (``SICKBAY_EXTRACT_PROCESS=false``).
+A stage that dies crashes the worker (it must not stop reading while the worker looks alive).
 """
 
 from __future__ import annotations
@@ -282,16 +283,22 @@ class BatchedExtract:
 def register(pipe: Any, make_stage: Callable[[Settings], BatchedExtract] = BatchedExtract) -> type:
     """Run the stage as a service of the worker's Faust app: started once tables are recovered,
     stopped (last batch settled and committed) with the worker, and a stage that dies crashes it.
+    It runs in a child process (``process.py``) unless ``extract_process`` is off, then in a thread.
     Returns the service class (tests start it on its own)."""
     import mode
+
+    from streams.extract.process import ExtractProcess
 
     settings = pipe.settings
 
     class ExtractStage(mode.Service):
-        stage: BatchedExtract
+        stage: BatchedExtract | ExtractProcess
 
         async def on_start(self) -> None:
-            self.stage = make_stage(settings)
+            if settings.extract_process:
+                self.stage = ExtractProcess(settings, make_stage)
+            else:
+                self.stage = make_stage(settings)
             self.stage.start()
             pipe.services["extract"] = self.stage
 

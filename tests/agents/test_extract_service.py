@@ -1,8 +1,17 @@
-"""The batched extract stage as a service of the worker: a stage that dies takes the worker down."""
+"""The batched extract stage as a service of the worker, in a thread or a child process: a stage that
+dies takes the worker down, and a worker that dies takes its extract process with it."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from streams.app import create_app
 from streams.extract.batched import BatchedExtract, register
@@ -32,16 +41,22 @@ class IdleStage(BatchedExtract):
         pass
 
 
-def _pipe(tmp_path) -> Pipeline:
-    settings = Settings(app_id="svc-test", topic_prefix="svc", partitions=1, state_dir=tmp_path)
+def _pipe(tmp_path, in_process: bool) -> Pipeline:
+    settings = Settings(
+        app_id="svc-test", topic_prefix="svc", partitions=1, state_dir=tmp_path, extract_process=in_process
+    )
     return build(create_app(settings, store="memory://"), settings)
 
 
-async def test_a_stage_whose_thread_dies_crashes_its_service_with_the_reason(tmp_path):
-    service_cls = register(_pipe(tmp_path), DyingStage)
+IN = pytest.mark.parametrize("in_process", [True, False], ids=["process", "thread"])
+
+
+@IN
+async def test_a_stage_that_dies_crashes_its_service_with_the_reason(tmp_path, in_process: bool):
+    service_cls = register(_pipe(tmp_path, in_process), DyingStage)
     service = service_cls(loop=asyncio.get_running_loop())
     await service.start()
-    for _ in range(50):
+    for _ in range(100):  # a process first imports the stage (about a second)
         if service.crashed:
             break
         await asyncio.sleep(0.1)
@@ -50,11 +65,63 @@ async def test_a_stage_whose_thread_dies_crashes_its_service_with_the_reason(tmp
     await service.stop()
 
 
-async def test_a_healthy_stage_runs_until_the_service_stops_and_then_its_thread_ends(tmp_path):
-    service_cls = register(_pipe(tmp_path), IdleStage)
+@IN
+async def test_a_healthy_stage_runs_until_the_service_stops_and_then_ends(tmp_path, in_process: bool):
+    service_cls = register(_pipe(tmp_path, in_process), IdleStage)
     service = service_cls(loop=asyncio.get_running_loop())
     await service.start()
     await asyncio.sleep(1.5)  # past one watch interval
     assert not service.crashed and service.stage.alive()
     await service.stop()
     assert not service.stage.alive() and service.stage.error is None
+    if in_process:
+        assert service.stage.process.exitcode == 0  # settled and left, not killed
+
+
+WORKER = """
+import sys, time
+from streams.extract.process import ExtractProcess
+from streams.settings import Settings
+from tests.agents.test_extract_service import IdleStage
+stage = ExtractProcess(Settings(app_id="svc-test", topic_prefix="svc", state_dir=sys.argv[1]), IdleStage)
+stage.start()
+print(stage.process.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_an_extract_process_dies_with_its_worker_and_ignores_the_terminals_signals(tmp_path):
+    """A ``kill -9``'d worker must not leave its extract process reading ``raw.logs`` as an orphan; a
+    Ctrl-C or SIGTERM to the worker's group is the worker's to handle (it stops the child in order)."""
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert worker.stdout is not None
+        child = int(worker.stdout.readline())
+        time.sleep(1.0)  # the child is past its start-up
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            os.kill(child, sig)
+        time.sleep(0.5)
+        assert _running(child)
+        worker.kill()
+        worker.wait(10)
+        deadline = time.monotonic() + 10
+        while _running(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(child)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
