@@ -50,7 +50,7 @@ from streams.correlate.state import (
 from streams.correlate.table_cache import TableCache
 from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
-from streams.signal_batches import handle_each
+from streams.signal_batches import handle_each, is_batch
 
 log = logging.getLogger("sickbay.correlate")
 TICK_INDEX_REBUILD_S = 60.0
@@ -165,6 +165,8 @@ class CorrelateStage:
         # second to find the few with pending facts cost more than the route step); same upkeep
         self._pending_nodes: set[str] = set()
         self._pending_built: float | None = None
+        # jobs whose window took signals in the packed batch being handled (None outside one)
+        self._undecided: dict[str, None] | None = None
 
     async def dead_letter(self, stage: str, event: Any, key: str, exc: Exception, item: Any = None) -> None:
         await dead_letter_event(self.t.dlq, stage, event, key, exc, item=item)
@@ -300,7 +302,36 @@ class CorrelateStage:
         async def handle(value: Any, key: str) -> None:
             await self.on_job_value(event, key, value)
 
-        await handle_each(event, job_id, "correlate", self.t.dlq, handle, around=self._deferred_writes())
+        if not is_batch(event.value):
+            await handle_each(event, job_id, "correlate", self.t.dlq, handle)
+            return
+        with self._deferred_writes():
+            self._undecided = {}
+            try:
+                await handle_each(event, job_id, "correlate", self.t.dlq, handle)
+                await self.decide_undecided()
+            finally:
+                self._undecided = None
+
+    async def decide_undecided(self) -> None:
+        """The end of a packed batch: each job whose window took signals in it gets its verdict once,
+        on all of them. Deciding after every signal ran attribution once per signal: a 4,000-rank
+        job's watchdog timeouts came as 4,000 verdicts on a growing window, of which only the last
+        mattered. A job whose decision fails is logged and decided on its window's next tick."""
+        undecided, self._undecided = self._undecided or {}, None
+        for job_id in undecided:
+            window = self.parsed_windows.get(job_id)
+            if window is None:
+                continue
+            try:
+                updated, incident = decide_now(
+                    window, self.topologies.get(job_id), utcnow(), self.timing, self.place_of(job_id)
+                )
+                await self.publish(incident)
+                if updated is not window:
+                    self._keep_window(job_id, updated)
+            except Exception:
+                log.exception("correlate: deciding job %s at the end of a batch failed", job_id)
 
     @contextmanager
     def _deferred_writes(self) -> Iterator[None]:
@@ -378,6 +409,10 @@ class CorrelateStage:
             for hint in recall(self.lookback.get(job_id)):  # a new window: what came before it
                 updated = add_signal(updated, topo, hint, self.cluster, now) or updated
             updated = updated.model_copy(update={"first_signal_time": first})
+        if self._undecided is not None:  # inside a packed batch: decided once at its end
+            self._undecided[job_id] = None
+            self._keep_window(job_id, updated)
+            return
         updated, incident = decide_now(updated, topo, now, self.timing, self.place_of(job_id))
         await self.publish(incident)
         self._keep_window(job_id, updated)

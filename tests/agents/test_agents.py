@@ -21,6 +21,7 @@ from schemas.deadletter import DeadLetter
 from schemas.incidents import Category, Incident
 from schemas.signals import JobNodeAssignment, Signal, SignalBatch
 from streams.app import create_app
+from streams.correlate import agent as agent_module
 from streams.pipeline import Pipeline, build
 from streams.settings import Settings
 from tests.factories import (
@@ -294,6 +295,39 @@ async def test_a_batch_of_several_jobs_is_read_as_each_jobs_signals_sent_alone(p
     nodes = sorted(a.node for _, a in pipe.sent["topology_node"])
     assert nodes == [f"gpu-{n:02d}" for n in (*range(1, 5), *range(11, 15))]
     assert pipe.tables["job_topology"].get("43") is not None  # not filed under the message's key
+
+
+async def test_a_packed_cascade_is_decided_once_at_the_batchs_end_on_all_of_its_signals(pipe: Pipeline):
+    """A failure's burst (every rank's timeout, then the kernel's Xid) arrives in one read: attribution
+    runs once per job at the end of the batch, and the verdict is the one the signals give one by one."""
+    alloc = one(slurmctld_allocate("42", "gpu-[01-04]", T0), offset=1)
+    timeouts = [
+        one(nccl_timeout(f"gpu-0{r // 8 + 1}", r, "42", T0 + timedelta(minutes=10)), offset=10 + r)
+        for r in range(32)
+        if r // 8 != 2
+    ]
+    xid = one(kernel_xid("gpu-03", 79, T0 + timedelta(minutes=1)), offset=2).model_copy(
+        update={"job_id": "42", "routed": True}
+    )
+    calls: list[str] = []
+    real = agent_module.decide_now
+
+    def counted(window, *args, **kwargs):
+        calls.append(window.job_id)
+        return real(window, *args, **kwargs)
+
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put(_as_dict(alloc), key=b"42")
+        with patch.object(agent_module, "decide_now", counted):
+            await agent.put(_as_dict(SignalBatch(job_id="42", signals=[*timeouts, xid])), key=b"42")
+    assert calls == ["42"]
+    [(_, incident)] = pipe.sent["incidents"]
+    assert (incident.category, incident.culprit.node, incident.revision) == (
+        Category.HARDWARE_GPU,
+        "gpu-03",
+        1,
+    )
+    assert incident.supporting[0].count == len(timeouts)
 
 
 async def test_a_bad_signal_in_a_batch_of_several_jobs_is_dead_lettered_under_its_own_job(pipe: Pipeline):

@@ -104,6 +104,7 @@ def test_an_extract_process_dies_with_its_worker_and_ignores_the_terminals_signa
     worker = subprocess.Popen(
         [sys.executable, "-c", WORKER, str(tmp_path)],
         stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # its multiprocessing helper outlives it and reports the kill
         text=True,
         start_new_session=True,
         cwd=Path(__file__).resolve().parents[2],
