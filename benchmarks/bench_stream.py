@@ -149,12 +149,13 @@ def build_mix(
 # The worker as `sickbay worker` runs it, plus Faust setting overrides for A/B runs (--faust).
 WORKER = """
 import json, sys
-from streams.app import create_app
+from streams.app import create_app, tune_the_gc
 from streams.pipeline import build
 from streams.settings import Settings
 settings = Settings()
 app = create_app(settings, **json.loads(sys.argv[1]))
 build(app, settings)
+tune_the_gc()
 sys.argv = ["sickbay-worker", "worker", "-l", "info", "--without-web"]
 app.main()
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from typing import Any
 
@@ -50,8 +51,20 @@ class SickbayApp(faust.App):
         return IdempotentTransport(self.conf.broker_producer, self)
 
 
+def tune_the_gc() -> None:
+    """For a worker's long-lived processes (the Faust worker and its extract process), not for
+    tests. A worker holds hundreds of thousands of objects built at start-up (modules, pydantic
+    schemas, rule tables) and allocates pydantic objects at a high rate, so CPython's full
+    collections came every second or two and walked the whole heap to find nothing: 20 pauses of
+    50-300 ms in one ``make bench-stream`` run (measured with ``gc.callbacks``, 2026-11-30). Freezing
+    what start-up built takes it out of every later collection. Raising the young threshold as well
+    (20,000 instead of 700) measured slower in alternated runs, so the thresholds stay CPython's."""
+    gc.freeze()
+
+
 def share_the_gil(settings: Settings) -> None:
-    """A worker runs two Python threads: the batched extract stage (CPU-bound between its reads) and
+    """A worker runs several Python threads: aiokafka's and Faust's helpers, and, with
+    ``SICKBAY_EXTRACT_PROCESS=false``, the batched extract stage (CPU-bound between its reads), beside
     the event loop with every agent (many short socket calls). A thread that drops the GIL for a
     socket call waits, when it returns, until the other thread hands it back, which CPython forces
     only every switch interval (5 ms by default). So the loop stalls behind extraction after nearly

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from multiprocessing.synchronize import Event
 from typing import Any
 
+from streams.app import tune_the_gc
 from streams.extract.batched import BatchedExtract
 from streams.settings import Settings
 
@@ -71,6 +72,7 @@ def _child(
         stream=sys.stderr,
     )
     stage = make_stage(settings)
+    tune_the_gc()
     try:
         stage._open()
         while not stop.is_set() and os.getppid() == parent:
