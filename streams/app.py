@@ -62,16 +62,26 @@ def tune_the_gc() -> None:
     gc.freeze()
 
 
+EXTRACT_THREAD_SWITCH_S = 0.0005
+PYTHON_SWITCH_S = 0.005
+
+
 def share_the_gil(settings: Settings) -> None:
-    """A worker runs several Python threads: aiokafka's and Faust's helpers, and, with
-    ``SICKBAY_EXTRACT_PROCESS=false``, the batched extract stage (CPU-bound between its reads), beside
-    the event loop with every agent (many short socket calls). A thread that drops the GIL for a
-    socket call waits, when it returns, until the other thread hands it back, which CPython forces
-    only every switch interval (5 ms by default). So the loop stalls behind extraction after nearly
-    every send and poll. A 0.5 ms interval measured +8 % events/s on bench-stream's short profile
-    (seven alternated pairs, 2026-11-30, every pair in favour); 0.1 ms was no better and once much
-    worse."""
-    sys.setswitchinterval(settings.gil_switch_interval_s)
+    """With ``SICKBAY_EXTRACT_PROCESS=false`` the batched extract stage is a thread of the worker,
+    CPU-bound between its reads, beside the event loop with every agent (many short socket calls). A
+    thread that drops the GIL for a socket call waits, when it returns, until the other thread hands
+    it back, which CPython forces only every switch interval (5 ms by default), so the loop stalled
+    behind extraction after nearly every send and poll. For that layout 0.5 ms measured +8 %
+    events/s on bench-stream's short profile (seven alternated pairs, 2026-11-30, every pair in
+    favour; 0.1 ms was no better and once much worse). With extract in its own process (the default)
+    the worker's other threads are Faust's and aiokafka's light helpers, and CPython's 5 ms measured
+    +4 % against 0.5 ms (two alternated pairs of the full bench, 2026-11-30). An operator's
+    ``SICKBAY_GIL_SWITCH_INTERVAL_S`` wins over both."""
+    interval = settings.gil_switch_interval_s
+    if interval is None:
+        thread = settings.extract_stage == "batched" and not settings.extract_process
+        interval = EXTRACT_THREAD_SWITCH_S if thread else PYTHON_SWITCH_S
+    sys.setswitchinterval(interval)
 
 
 def create_app(settings: Settings, **overrides: Any) -> faust.App:

@@ -91,12 +91,13 @@ class Settings(BaseSettings):
     extract_poll_s: float = Field(
         default=0.05, gt=0, description="longest wait for a batch to fill (adds at most this latency)"
     )
-    gil_switch_interval_s: float = Field(
-        default=0.0005,
+    gil_switch_interval_s: float | None = Field(
+        default=None,
         gt=0,
         le=0.1,
-        description="sys.setswitchinterval for the worker: the extract thread and the event loop share one "
-        "GIL, and at Python's 5 ms default the loop waits for the busy thread after each socket call",
+        description="sys.setswitchinterval for the worker; unset: 0.5 ms when the extract stage is a thread "
+        "of the worker (it and the event loop share one GIL, and at Python's 5 ms the loop waits for the "
+        "busy thread after each socket call), Python's 5 ms when it runs in its own process",
     )
 
     # Correlation timing

@@ -1,4 +1,4 @@
-"""The worker shortens the GIL switch interval (streams/app.py ``share_the_gil``)."""
+"""The worker's GIL switch interval follows where its extract stage runs (streams/app.py ``share_the_gil``)."""
 
 from __future__ import annotations
 
@@ -18,18 +18,26 @@ def restore_switch_interval() -> Iterator[None]:
     sys.setswitchinterval(before)
 
 
-def test_the_worker_hands_the_gil_over_every_half_millisecond_by_default(
+def test_a_worker_with_an_extract_thread_hands_the_gil_over_every_half_millisecond(
     restore_switch_interval: None,
 ) -> None:
-    share_the_gil(Settings())
+    share_the_gil(Settings(extract_process=False))
     assert sys.getswitchinterval() == pytest.approx(0.0005)
+
+
+def test_a_worker_whose_extract_stage_runs_in_its_own_process_keeps_pythons_interval(
+    restore_switch_interval: None,
+) -> None:
+    sys.setswitchinterval(0.001)
+    share_the_gil(Settings())
+    assert sys.getswitchinterval() == pytest.approx(0.005)
 
 
 def test_the_switch_interval_is_an_operator_setting(
     restore_switch_interval: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SICKBAY_GIL_SWITCH_INTERVAL_S", "0.002")
-    share_the_gil(Settings())
+    share_the_gil(Settings(extract_process=False))
     assert sys.getswitchinterval() == pytest.approx(0.002)
 
 
