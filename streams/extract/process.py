@@ -39,7 +39,7 @@ from streams.settings import Settings
 log = logging.getLogger("sickbay.extract")
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-KILL_AFTER_S = 10.0  # a child still running this long after its stop deadline is killed
+KILL_AFTER_S = 10.0  # how long to wait for a child killed for overstaying its stop
 
 
 def _die_with(parent: int) -> None:
