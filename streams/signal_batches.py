@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from schemas.signals import MAX_SIGNALS_PER_BATCH, SIGNAL_BATCH_KIND, Signal, SignalBatch
@@ -51,16 +50,10 @@ def pack_partitions(
     job); one of several jobs is a batch without a ``job_id`` whose key is one of its jobs. Either way
     the message goes to the partition its jobs' keys hash to, so every reader keyed by job sees it
     where it would have seen each signal alone."""
-    shared: dict[int, list[tuple[bytes, list[Signal]]]] = {}
+    shared: dict[int, list[Signal]] = {}
     for key, signals in by_job.items():
-        shared.setdefault(partition_of(key), []).append((key, signals))
-    for partition, jobs in shared.items():
-        if len(jobs) == 1:
-            key, signals = jobs[0]
-            for value in pack(key.decode(), signals):
-                yield partition, key, value
-            continue
-        flat = [signal for _, signals in jobs for signal in signals]
+        shared.setdefault(partition_of(key), []).extend(signals)
+    for partition, flat in shared.items():
         for i in range(0, len(flat), MAX_SIGNALS_PER_BATCH):
             chunk = flat[i : i + MAX_SIGNALS_PER_BATCH]
             first = chunk[0].job_id or ""
@@ -94,13 +87,12 @@ async def handle_each(
     stage: str,
     dlq: Any,
     handle: Callable[[Any, str], Awaitable[None]],
-    around: AbstractContextManager[Any] | None = None,
 ) -> None:
     """Hand each plain record of a Faust event to ``handle`` with its key (the event's, or in a batch
     of several jobs the signal's own job), in order. A malformed
     batch is dead-lettered whole; inside a batch, a signal whose handling raises is dead-lettered
-    alone and the rest are handled. ``around`` wraps a batch (the correlate step defers its table
-    writes to the batch's end)."""
+    alone and the rest are handled. (The correlate step wraps a batch itself: its table writes and
+    verdicts wait for the batch's end.)"""
     try:
         items = unpack(event.value)
     except BadBatch as exc:
@@ -110,13 +102,12 @@ async def handle_each(
         await handle(items[0], key)
         return
     mixed = event.value.get("job_id") is None  # a batch of several jobs: each signal names its own
-    with around or nullcontext():
-        for item in items:
-            item_key = key
-            if mixed and isinstance(item, dict) and isinstance(job := item.get("job_id"), str):
-                item_key = job
-            try:
-                await handle(item, item_key)
-            except Exception as exc:  # one bad signal must not drop the rest of its batch
-                log.exception("%s failed on a batched signal", stage)
-                await dead_letter_event(dlq, stage, event, item_key, exc, item=item)
+    for item in items:
+        item_key = key
+        if mixed and isinstance(item, dict) and isinstance(job := item.get("job_id"), str):
+            item_key = job
+        try:
+            await handle(item, item_key)
+        except Exception as exc:  # one bad signal must not drop the rest of its batch
+            log.exception("%s failed on a batched signal", stage)
+            await dead_letter_event(dlq, stage, event, item_key, exc, item=item)

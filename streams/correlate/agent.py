@@ -335,8 +335,8 @@ class CorrelateStage:
 
     @contextmanager
     def _deferred_writes(self) -> Iterator[None]:
-        """The job's window, topology and placements (and its progress state) reach their tables once
-        per batch (entered only around a batch: a ``contextmanager`` runs nothing until entered)."""
+        """The window, topology and placements (and progress state) of a batch's jobs reach their
+        tables once per batch, at its end (``on_job_event`` enters it around a packed batch only)."""
         with ExitStack() as stack:
             for cache in (self.parsed_windows, self.topologies, self.places):
                 stack.enter_context(cache.deferred())

@@ -103,9 +103,14 @@ class BatchedExtract:
         return self._thread.is_alive()
 
     def _run(self) -> None:
+        self.run(self._stop.is_set)
+
+    def run(self, stopped: Callable[[], bool]) -> None:
+        """Open, read batches until ``stopped()``, close; a failure is kept in ``error`` (the thread's
+        body, and the extract process's with its own stop condition)."""
         try:
             self._open()
-            while not self._stop.is_set():
+            while not stopped():
                 self.step()
         except BaseException as exc:  # reported to the worker, which crashes on it
             log.exception("the batched extract stage stopped")

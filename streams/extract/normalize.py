@@ -391,9 +391,14 @@ def _validate(model: type[BaseModel], obj: dict[str, Any]) -> Any:
         raise BadRecord("invalid_record", f"{model.__name__}: {exc.errors()[0]['msg']}") from exc
 
 
-def _from_plain(value: bytes) -> list[LogLine]:
+def _refuse_binary(value: bytes) -> None:
+    """A plain record with NUL bytes is not a log line (a full read and a check refuse it alike)."""
     if b"\x00" in value:
         raise BadRecord("binary", "record contains NUL bytes: not a text line")
+
+
+def _from_plain(value: bytes) -> list[LogLine]:
+    _refuse_binary(value)
     # A kernel or job log may carry stray bytes; keep the line, mark them.
     text = value.decode("utf-8", errors="replace").rstrip("\r\n")
     out: list[LogLine] = []
@@ -523,8 +528,7 @@ def vet_without_lines(value: bytes) -> bool:
         return False  # the full read checks it (and parses it only once)
     obj = _load_record(value)
     if obj is None:
-        if b"\x00" in value:
-            raise BadRecord("binary", "record contains NUL bytes: not a text line")
+        _refuse_binary(value)
         return b"\n" not in value.rstrip(b"\r\n")
     shape = _model_shape(obj)
     if shape is None:

@@ -61,7 +61,7 @@ def _child(
     errors: Any,
     make_stage: Callable[[Settings], BatchedExtract],
 ) -> None:
-    """The child's body: the thread's loop (``BatchedExtract._run``), stopping on the event or when
+    """The child's body: the thread's loop (``BatchedExtract.run``), stopping on the event or when
     the worker is gone."""
     _die_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -73,16 +73,10 @@ def _child(
     )
     stage = make_stage(settings)
     tune_the_gc()
-    try:
-        stage._open()
-        while not stop.is_set() and os.getppid() == parent:
-            stage.step()
-    except BaseException as exc:
-        log.exception("the extract process stopped")
-        errors.put(f"{type(exc).__name__}: {exc}")
-        raise SystemExit(1) from None
-    finally:
-        stage._close()
+    stage.run(lambda: stop.is_set() or os.getppid() != parent)
+    if stage.error is not None:
+        errors.put(f"{type(stage.error).__name__}: {stage.error}")
+        raise SystemExit(1)
 
 
 class ExtractProcess:
