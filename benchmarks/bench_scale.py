@@ -79,6 +79,8 @@ class KafkaCluster:
     def up(self) -> str:
         done = self._run("up")
         if done.returncode != 0:
+            if not self.was_running:  # the brokers that did start must not outlive the failed start
+                self._run("down")
             raise RuntimeError(
                 f"deploy/local/kafka-cluster.sh up failed (needs Java 17 and the jars kafka.sh caches):\n"
                 f"{done.stdout}\n{done.stderr}"

@@ -12,7 +12,7 @@
 #                  each answers and the controller quorum has all of them. Idempotent.
 #   down           SIGTERM every broker (SIGKILL after 30 s). --purge also deletes the data.
 #   status         exit 0 = all 3 running and answering, 3 = none running, 1 = some.
-#   bootstrap      print the bootstrap list (127.0.0.1:59091,127.0.0.1:59092,127.0.0.1:59093).
+#   bootstrap      print the bootstrap list (127.0.0.1:29091,127.0.0.1:29092,127.0.0.1:29093).
 #   stop-broker N  stop broker N (1..3) with SIGTERM, or SIGKILL with --kill (fault tests).
 #   start-broker N start broker N again and wait until it answers.
 #
@@ -20,7 +20,9 @@
 #   SICKBAY_STACK_DIR              <repo>/.cache/stack  (kafka-cluster/node-N/{data,logs,run} under it)
 #   SICKBAY_DOWNLOAD_CACHE         ${XDG_CACHE_HOME:-$HOME/.cache}/sickbay (jars, shared with kafka.sh)
 #   SICKBAY_KAFKA_VERSION          4.1.1
-#   SICKBAY_KAFKA_CLUSTER_PORT     59091 (broker N listens on PORT+N-1; controllers on PORT+100+N-1)
+#   SICKBAY_KAFKA_CLUSTER_PORT     29091 (broker N listens on PORT+N-1; controllers on PORT+100+N-1;
+#                                  below Linux's ephemeral range, 32768-60999, so no outgoing connection of
+#                                  an already started broker can hold a port the next one must bind)
 #   SICKBAY_KAFKA_CLUSTER_HEAP     "-Xms128m -Xmx768m"  (3 JVMs on a 2-core box: small; 512m ran out
 #                                  of heap once a few hundred replicated partitions had piled up)
 #   SICKBAY_KAFKA_START_TIMEOUT    180
@@ -34,7 +36,7 @@ CONF_SRC_DIR="${SCRIPT_DIR}/kafka"
 STACK_DIR="${SICKBAY_STACK_DIR:-${REPO_DIR}/.cache/stack}"
 DOWNLOAD_CACHE="${SICKBAY_DOWNLOAD_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/sickbay}"
 KAFKA_VERSION="${SICKBAY_KAFKA_VERSION:-4.1.1}"
-BASE_PORT="${SICKBAY_KAFKA_CLUSTER_PORT:-59091}"
+BASE_PORT="${SICKBAY_KAFKA_CLUSTER_PORT:-29091}"
 HEAP="${SICKBAY_KAFKA_CLUSTER_HEAP:--Xms128m -Xmx768m}"
 START_TIMEOUT="${SICKBAY_KAFKA_START_TIMEOUT:-180}"
 STOP_TIMEOUT=30
