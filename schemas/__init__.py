@@ -31,7 +31,7 @@ from schemas.incidents import (
     Symptom,
 )
 from schemas.raw import FluentBitRecord, LogLine, SickbayLineRecord, VectorRecord
-from schemas.signals import JobNodeAssignment, Role, Signal, SignalBatch, SourceRef
+from schemas.signals import AssignmentBatch, JobNodeAssignment, Role, Signal, SignalBatch, SourceRef
 from schemas.telemetry import GpuTelemetry
 from schemas.topics import TopicCatalog, TopicSpec
 
@@ -40,6 +40,7 @@ __all__ = [
     "ActionKind",
     "ActionResult",
     "ActionStatus",
+    "AssignmentBatch",
     "AuditRecord",
     "Category",
     "CommandRun",

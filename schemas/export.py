@@ -20,7 +20,7 @@ from schemas.deadletter import DeadLetter
 from schemas.health import NodeHealth
 from schemas.incidents import Incident
 from schemas.jobs import JobInfo
-from schemas.signals import JobNodeAssignment, Signal, SignalBatch
+from schemas.signals import AssignmentBatch, JobNodeAssignment, Signal, SignalBatch
 from schemas.telemetry import GpuTelemetry
 
 DEFAULT = Path(__file__).resolve().parents[1] / "docs" / "schemas"
@@ -28,6 +28,7 @@ DEFAULT = Path(__file__).resolve().parents[1] / "docs" / "schemas"
 CONTRACTS: dict[str, type[BaseModel]] = {
     "action": Action,
     "action-result": ActionResult,
+    "assignment-batch": AssignmentBatch,
     "audit-record": AuditRecord,
     "collector-report": CollectorReport,
     "dead-letter": DeadLetter,

@@ -105,3 +105,22 @@ class JobNodeAssignment(Contract):
     state: Literal["assigned", "released"]
     event_time: UtcDatetime
     cluster: str = "default"
+
+
+ASSIGNMENT_BATCH_KIND: Literal["assignment_batch"] = "assignment_batch"
+MAX_ASSIGNMENTS_PER_BATCH = 1024
+
+
+class AssignmentBatch(Contract):
+    """Several job ↔ node assignments as one message on ``topology.node``.
+
+    Why: a job's start assigns every node of its allocation, so a thousand starting jobs on ten
+    thousand nodes were ten thousand messages through the node-side stage, each costing more than the
+    fact inside it. The correlate stage packs what one of its batches learnt for the nodes of one
+    partition of ``topology.node`` into one message sent to that partition. Readers handle each
+    assignment as if it had come alone, keyed by its own node; per node, the order is the order the
+    assignments were learnt.
+    """
+
+    kind: Literal["assignment_batch"] = ASSIGNMENT_BATCH_KIND
+    assignments: list[JobNodeAssignment] = Field(min_length=1, max_length=MAX_ASSIGNMENTS_PER_BATCH)

@@ -114,7 +114,7 @@ class TopicCatalog:
         self.topology_node = TopicSpec(
             name=f"{prefix}.topology.node",
             key="node",
-            value="JobNodeAssignment",
+            value="JobNodeAssignment | AssignmentBatch",
             partitions=p,
             faust_source=True,
             description="Which job attempts each node serves",

@@ -1,10 +1,13 @@
-"""Packing job signals into ``SignalBatch`` messages, and unpacking them on the other side.
+"""Packing job signals into ``SignalBatch`` messages, and unpacking them on the other side; the
+same for the job ↔ node assignments of ``topology.node`` (``AssignmentBatch``).
 
 The extract stage packs what one read of ``raw.logs`` found for the jobs of each partition of
 ``signals.job`` (``pack_partitions``; ``pack`` for one job); every reader
 of ``signals.job`` takes a record apart with ``unpack`` and handles its signals one by one, in order,
 as if each had come alone. Readers that never see a batch (a test feeding single signals) are
-served by the same code.
+served by the same code. The correlate stage packs the assignments one of its batches learnt per
+partition of ``topology.node`` (``pack_assignments``); the route step takes them apart with
+``unpack_assignments``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,16 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from schemas.signals import MAX_SIGNALS_PER_BATCH, SIGNAL_BATCH_KIND, Signal, SignalBatch
+from schemas.signals import (
+    ASSIGNMENT_BATCH_KIND,
+    MAX_ASSIGNMENTS_PER_BATCH,
+    MAX_SIGNALS_PER_BATCH,
+    SIGNAL_BATCH_KIND,
+    AssignmentBatch,
+    JobNodeAssignment,
+    Signal,
+    SignalBatch,
+)
 from streams.deadletters import dead_letter_event
 
 log = logging.getLogger("sickbay.batches")
@@ -63,6 +75,38 @@ def pack_partitions(
                 yield partition, first.encode(), SignalBatch(job_id=first, signals=chunk)
             else:
                 yield partition, first.encode(), SignalBatch(job_id=None, signals=chunk)
+
+
+def pack_assignments(
+    assignments: list[JobNodeAssignment], partition_of: Callable[[bytes], int]
+) -> Iterator[tuple[int, bytes, JobNodeAssignment | AssignmentBatch]]:
+    """(partition, key, message) for assignments bound for ``topology.node``: the nodes that share a
+    partition go out together, in the order given (so a node's release stays ahead of its next
+    assignment), as few messages as the batch bound allows; a lone assignment is sent as itself. The
+    key is the first assignment's node, the partition the one every node of the message hashes to."""
+    shared: dict[int, list[JobNodeAssignment]] = {}
+    for a in assignments:
+        shared.setdefault(partition_of(a.node.encode()), []).append(a)
+    for partition, flat in shared.items():
+        for i in range(0, len(flat), MAX_ASSIGNMENTS_PER_BATCH):
+            chunk = flat[i : i + MAX_ASSIGNMENTS_PER_BATCH]
+            key = chunk[0].node.encode()
+            yield partition, key, chunk[0] if len(chunk) == 1 else AssignmentBatch(assignments=chunk)
+
+
+def is_assignment_batch(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("kind") == ASSIGNMENT_BATCH_KIND
+
+
+def unpack_assignments(value: Any) -> list[Any]:
+    """The plain assignments inside a ``topology.node`` value (JSON-decoded), each still to be validated;
+    raises :class:`BadBatch` for a batch whose ``assignments`` is not a non-empty list."""
+    if not is_assignment_batch(value):
+        return [value]
+    items = value.get("assignments")
+    if not isinstance(items, list) or not items:
+        raise BadBatch("an assignment_batch must hold a non-empty list of assignments")
+    return items
 
 
 def is_batch(value: Any) -> bool:

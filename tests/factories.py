@@ -9,7 +9,7 @@ from typing import Any
 from schemas import codec
 from schemas.actions import Action, ActionKind, Mode
 from schemas.base import utcnow
-from schemas.signals import Signal
+from schemas.signals import AssignmentBatch, JobNodeAssignment, Signal
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import normalize
 
@@ -146,3 +146,11 @@ def slurm_action(
         created_at=utcnow(),
         **fields,
     )
+
+
+def sent_assignments(sent: list[tuple[bytes, Any]]) -> list[JobNodeAssignment]:
+    """The assignments in what a stage sent to ``topology.node``, packed (``AssignmentBatch``) or not."""
+    out: list[JobNodeAssignment] = []
+    for _, value in sent:
+        out.extend(value.assignments if isinstance(value, AssignmentBatch) else [value])
+    return out

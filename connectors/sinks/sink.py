@@ -52,7 +52,7 @@ from schemas.collector import CollectorReport
 from schemas.deadletter import DeadLetter
 from schemas.health import NodeHealth
 from schemas.incidents import Incident
-from schemas.signals import JobNodeAssignment, Signal, SignalBatch
+from schemas.signals import AssignmentBatch, JobNodeAssignment, Signal, SignalBatch
 from schemas.topics import TopicCatalog
 
 log = logging.getLogger("sickbay.sink")
@@ -61,6 +61,7 @@ DEFAULT_MAX_ROWS = 200_000
 _OBSERVED_TABLES = {"incidents", "action_results", "dead_letters"}  # feed metrics beyond row counts
 DEFAULT_MAX_BYTES = 256 * 2**20
 _BATCH_MARK = b'"signal_batch"'  # a SignalBatch says its kind in its first fields
+_ASSIGNMENTS_MARK = b'"assignment_batch"'  # and so does an AssignmentBatch
 _BATCH_MARK_WITHIN = 128
 
 
@@ -173,6 +174,9 @@ class ClickHouseSink:
         if tm.model is Signal and _BATCH_MARK in (value or b"")[:_BATCH_MARK_WITHIN]:
             self._add_batch(topic, value or b"", partition, offset)
             return
+        if tm.model is JobNodeAssignment and _ASSIGNMENTS_MARK in (value or b"")[:_BATCH_MARK_WITHIN]:
+            self._add_assignments(topic, value or b"", partition, offset)
+            return
         if tm.fast is not None:
             try:
                 row = tm.fast(value or b"")
@@ -211,6 +215,17 @@ class ClickHouseSink:
                 self.stats.skipped_routed += 1
             else:
                 self._append(table, rows.encode(rows.signal_row(signal)))
+
+    def _add_assignments(self, topic: str, value: bytes, partition: int | None, offset: int | None) -> None:
+        """An ``AssignmentBatch`` on ``topology.node``: one ``job_assignments`` row per assignment."""
+        try:
+            batch = AssignmentBatch.model_validate_json(value)
+        except ValidationError as exc:
+            self._dead_letter(topic, value, partition, offset, exc)
+            return
+        table = self.map[topic].table
+        for a in batch.assignments:
+            self._append(table, rows.encode(rows.assignment_row(a)))
 
     def _append(self, table: str, line: bytes) -> None:
         buf = self.buffers.get(table)

@@ -452,6 +452,7 @@ def _start_components(demo: Any) -> list[str]:
 
 def _wait_ready(demo: Any) -> None:
     from streams.cli.demo import _read_topic, wait_for
+    from streams.signal_batches import unpack_assignments
 
     t0 = time.monotonic()
     worker_log = demo.workdir / "worker.log"
@@ -463,8 +464,9 @@ def _wait_ready(demo: Any) -> None:
 
     def learned() -> bool:
         jobs = _read_topic(s.kafka_bootstrap, s.topics.topology_jobs.name, f"demok{time.time_ns()}", 1.5)
-        nodes = _read_topic(s.kafka_bootstrap, s.topics.topology_node.name, f"demok{time.time_ns()}", 1.5)
-        return bool(jobs) and len(nodes) >= len(demo.ranks)
+        raw = _read_topic(s.kafka_bootstrap, s.topics.topology_node.name, f"demok{time.time_ns()}", 1.5)
+        assignments = [a for value in raw for a in unpack_assignments(codec.loads(value))]  # packed or not
+        return bool(jobs) and len(assignments) >= len(demo.ranks)
 
     wait_for("the watch to publish the PyTorchJob and its pod → node topology", learned, 60, 0.5)
     say("watch: JobInfo (scheduler kubernetes, pytorchjob) and 4 pod → node assignments published")

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from connectors.kafka_partitioner import KeyPartitioner
 from schemas.base import UtcDatetime, utcnow
 from schemas.incidents import Incident
 from schemas.signals import JobNodeAssignment, Role, Signal
@@ -50,7 +51,14 @@ from streams.correlate.state import (
 from streams.correlate.table_cache import TableCache
 from streams.deadletters import dead_letter_event
 from streams.pipeline import Pipeline, key_str
-from streams.signal_batches import handle_each, is_batch
+from streams.signal_batches import (
+    BadBatch,
+    handle_each,
+    is_assignment_batch,
+    is_batch,
+    pack_assignments,
+    unpack_assignments,
+)
 
 log = logging.getLogger("sickbay.correlate")
 TICK_INDEX_REBUILD_S = 60.0
@@ -167,6 +175,9 @@ class CorrelateStage:
         self._pending_built: float | None = None
         # jobs whose window took signals in the packed batch being handled (None outside one)
         self._undecided: dict[str, None] | None = None
+        # job ↔ node assignments learnt in that batch, sent packed per partition at its end
+        self._assignments: list[JobNodeAssignment] | None = None
+        self._node_partition = KeyPartitioner(settings.topics.topology_node.partitions)
 
     async def dead_letter(self, stage: str, event: Any, key: str, exc: Exception, item: Any = None) -> None:
         await dead_letter_event(self.t.dlq, stage, event, key, exc, item=item)
@@ -187,6 +198,10 @@ class CorrelateStage:
                 if released is not current:
                     self._keep_node_state(node, released)
             return
+        if is_assignment_batch(value):
+            with self.node_states.deferred():
+                await self.on_assignment_batch(event, node)
+            return
         try:
             if isinstance(value, dict) and "signal_id" in value:
                 item: Signal | JobNodeAssignment = Signal.model_validate(value)
@@ -202,6 +217,34 @@ class CorrelateStage:
             new = await self.on_node_signal(state, item)
         if new is not state:  # a fact forwarded at once leaves the node's state as it was
             self._keep_node_state(node, new)
+
+    async def on_assignment_batch(self, event: Any, key: str) -> None:
+        """A packed ``topology.node`` message: each assignment applied to its own node, in order, as if
+        it had come alone; a malformed one is dead-lettered alone. The nodes' states are written once,
+        at the batch's end (``on_node_event`` defers them). An assignment for a node of another
+        partition (a producer that did not hash like ``pack_assignments``) is sent on keyed by its
+        node instead of being filed where that node's facts never arrive."""
+        try:
+            items = unpack_assignments(event.value)
+        except BadBatch as exc:
+            await self.dead_letter("route", event, key, exc)
+            return
+        here = event.message.partition
+        for item in items:
+            try:
+                a = JobNodeAssignment.model_validate(item)
+            except ValidationError as exc:
+                node = item.get("node") if isinstance(item, dict) else None
+                await self.dead_letter("route", event, node if isinstance(node, str) else key, exc, item=item)
+                continue
+            if here is not None and self._node_partition(a.node.encode()) != here:
+                log.warning("route: assignment of %s came on partition %s; sent on by its key", a.node, here)
+                await self.t.topology_node.send(key=a.node.encode(), value=a)
+                continue
+            state = self.node_states.get(a.node) or NodeState()
+            new = await self.on_assignment(state, a)
+            if new is not state:
+                self._keep_node_state(a.node, new)
 
     def _keep_node_state(self, node: str, state: NodeState) -> None:
         self.node_states.put(node, state)
@@ -306,12 +349,23 @@ class CorrelateStage:
             await handle_each(event, job_id, "correlate", self.t.dlq, handle)
             return
         with self._deferred_writes():
-            self._undecided = {}
+            self._undecided, self._assignments = {}, []
             try:
                 await handle_each(event, job_id, "correlate", self.t.dlq, handle)
                 await self.decide_undecided()
             finally:
                 self._undecided = None
+                assignments, self._assignments = self._assignments, None
+            await self.send_assignments(assignments)
+
+    async def send_assignments(self, assignments: list[JobNodeAssignment]) -> None:
+        """Job ↔ node assignments to ``topology.node``, the nodes of each partition packed into one
+        message on that partition (``pack_assignments``): a thousand jobs starting on ten thousand
+        nodes are a few messages per batch for the route step, not one per node. The partition is the
+        catalog's count hashed the way Kafka hashes a key (``ensure_topics`` refuses a topic whose
+        count differs), so each node's assignments meet its facts."""
+        for partition, key, value in pack_assignments(assignments, self._node_partition):
+            await self.t.topology_node.send(key=key, value=value, partition=partition)
 
     async def decide_undecided(self) -> None:
         """The end of a packed batch: each job whose window took signals in it gets its verdict once,
@@ -473,8 +527,10 @@ class CorrelateStage:
         just_ended = new_topo.ended_at is not None and (topo is None or topo.ended_at is None)
         if just_ended and (window is None or window.closed):
             self.drop_job_state(job_id)  # no incident left to attribute (else: when its window goes)
-        for a in assignments:
-            await self.t.topology_node.send(key=a.node.encode(), value=a)
+        if self._assignments is not None:  # inside a packed batch: sent packed at its end
+            self._assignments.extend(assignments)
+        else:
+            await self.send_assignments(assignments)
         if window is not None and not window.closed and new_topo.attempt != window.attempt:
             # A new attempt began: the old attempt's window closes now.
             window, incident = tick(

@@ -19,7 +19,7 @@ from schemas.actions import Action, ActionKind, Mode
 from schemas.base import utcnow
 from schemas.deadletter import DeadLetter
 from schemas.incidents import Category, Incident
-from schemas.signals import JobNodeAssignment, Signal, SignalBatch
+from schemas.signals import AssignmentBatch, JobNodeAssignment, Signal, SignalBatch
 from streams.app import create_app
 from streams.correlate import agent as agent_module
 from streams.pipeline import Pipeline, build
@@ -32,6 +32,7 @@ from tests.factories import (
     nccl_init,
     nccl_timeout,
     one,
+    sent_assignments,
     slurmctld_allocate,
     slurmctld_line,
 )
@@ -168,6 +169,58 @@ async def test_route_holds_only_the_latest_progress_bar_per_rank_until_the_job_t
     assert (key, routed.signal_id) == (b"42", bars[-1].signal_id)
 
 
+async def test_route_applies_a_packed_batch_of_assignments_to_each_node_as_if_each_came_alone(pipe: Pipeline):
+    """The correlate stage packs a batch's assignments per partition of topology.node: each one reaches
+    its own node's state (releasing the facts it held), a malformed one is dead-lettered alone, and one
+    for a node of another partition is sent on keyed by its node instead of being filed here."""
+    xid = one(kernel_xid("gpu-03", 79, T0 + timedelta(minutes=1)), offset=5)
+    packed = AssignmentBatch(
+        assignments=[
+            JobNodeAssignment(node=f"gpu-0{n}", job_id="42", attempt=1, state="assigned", event_time=T0)
+            for n in (1, 2, 3)
+        ]
+    )
+    value = _as_dict(packed)
+    value["assignments"].insert(1, {"node": "gpu-09", "job_id": "42", "state": "borrowed"})
+    async with pipe.agents["route"].test_context() as agent:
+        await agent.put(_as_dict(xid), key=b"gpu-03")
+        await agent.put(value, key=b"gpu-01")
+        await agent.put(_as_dict(packed), key=b"gpu-01", partition=1)  # not where these nodes hash
+    [(key, routed)] = pipe.sent["signals_job"]
+    assert (key, routed.job_id, routed.signal_id) == (b"42", "42", xid.signal_id)
+    stage = pipe.agents["stage"]
+    for node in ("gpu-01", "gpu-02", "gpu-03"):
+        assert [j.job_id for j in stage.node_states.get(node).jobs] == ["42"]
+    [(stage_key, letter)] = pipe.sent["dlq"]
+    assert (stage_key, letter.stage, letter.reason, letter.key) == (
+        b"route",
+        "route",
+        "invalid_record",
+        "gpu-09",
+    )
+    assert [(k, a.node) for k, a in pipe.sent["topology_node"]] == [
+        (b"gpu-01", "gpu-01"),
+        (b"gpu-02", "gpu-02"),
+        (b"gpu-03", "gpu-03"),
+    ]
+
+
+async def test_correlate_sends_a_batchs_assignments_packed_per_partition_of_topology_node(pipe: Pipeline):
+    allocs = [
+        one(slurmctld_allocate("42", "gpu-[01-04]", T0), offset=1),
+        one(slurmctld_allocate("43", "gpu-[11-13]", T0), offset=2),
+    ]
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put(_as_dict(SignalBatch(job_id=None, signals=allocs)), key=b"42")
+    [(key, value)] = pipe.sent["topology_node"]  # one partition here: one message for both jobs
+    assert isinstance(value, AssignmentBatch)
+    assert key == b"gpu-01"
+    assert [(a.job_id, a.node) for a in value.assignments] == [
+        *(("42", f"gpu-0{n}") for n in range(1, 5)),
+        *(("43", f"gpu-1{n}") for n in range(1, 4)),
+    ]
+
+
 async def test_route_makes_an_unclaimed_node_fault_the_nodes_own_incident_after_the_grace(pipe: Pipeline):
     xid = one(kernel_xid("gpu-09", 79, T0), offset=3)  # observed long ago: the grace is over
     xid13 = one(kernel_xid("gpu-09", 13, T0, text="Graphics SM Warp Exception"), offset=4)
@@ -191,7 +244,12 @@ async def test_correlate_builds_one_hardware_incident_from_topology_cascade_and_
     async with pipe.agents["correlate"].test_context() as agent:
         for sig in [alloc, *timeouts, xid]:
             await agent.put(_as_dict(sig), key=b"42")
-    assert [a.node for _, a in pipe.sent["topology_node"]] == ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+    assert [a.node for a in sent_assignments(pipe.sent["topology_node"])] == [
+        "gpu-01",
+        "gpu-02",
+        "gpu-03",
+        "gpu-04",
+    ]
     [(key, incident)] = pipe.sent["incidents"]
     assert key == b"42"
     assert isinstance(incident, Incident)
@@ -292,7 +350,7 @@ async def test_a_batch_of_several_jobs_is_read_as_each_jobs_signals_sent_alone(p
     assert sorted(incidents) == [b"42", b"43"]
     assert (incidents[b"42"].job_id, incidents[b"42"].culprit.node) == ("42", "gpu-03")
     assert (incidents[b"43"].job_id, incidents[b"43"].culprit.node) == ("43", "gpu-13")
-    nodes = sorted(a.node for _, a in pipe.sent["topology_node"])
+    nodes = sorted(a.node for a in sent_assignments(pipe.sent["topology_node"]))
     assert nodes == [f"gpu-{n:02d}" for n in (*range(1, 5), *range(11, 15))]
     assert pipe.tables["job_topology"].get("43") is not None  # not filed under the message's key
 

@@ -28,7 +28,15 @@ from schemas.signals import JobNodeAssignment, Signal, SignalBatch
 from streams.app import create_app
 from streams.pipeline import Pipeline, build
 from streams.settings import Settings
-from tests.factories import T0, kernel_xid, nccl_timeout, one, slurmctld_allocate, slurmctld_line
+from tests.factories import (
+    T0,
+    kernel_xid,
+    nccl_timeout,
+    one,
+    sent_assignments,
+    slurmctld_allocate,
+    slurmctld_line,
+)
 
 LATENESS_S = 300.0  # the default bound on lateness and clock skew across sources
 
@@ -116,7 +124,12 @@ async def test_topology_arriving_after_the_fault_still_names_the_jobs_nodes(pipe
     incidents = _incidents(pipe)
     assert {i.incident_id for i in incidents} == {incidents[0].incident_id}
     assert incidents[-1].job_nodes == ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
-    assert [a.node for _, a in pipe.sent["topology_node"]] == ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]  # type: ignore[attr-defined]
+    assert [a.node for a in sent_assignments(pipe.sent["topology_node"])] == [
+        "gpu-01",
+        "gpu-02",
+        "gpu-03",
+        "gpu-04",
+    ]  # type: ignore[attr-defined]
 
 
 async def test_evidence_that_loses_the_race_with_the_job_end_refines_the_closed_incident(pipe: Pipeline):

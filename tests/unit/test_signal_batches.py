@@ -1,4 +1,5 @@
-"""Packing job signals into ``SignalBatch`` messages (per job, per partition) and taking them apart."""
+"""Packing job signals into ``SignalBatch`` messages (per job, per partition) and job ↔ node assignments
+into ``AssignmentBatch`` messages (per partition), and taking them apart."""
 
 from __future__ import annotations
 
@@ -8,10 +9,24 @@ import pytest
 
 from connectors.kafka_partitioner import partition_for
 from schemas import codec
-from schemas.signals import MAX_SIGNALS_PER_BATCH, Signal, SignalBatch
+from schemas.signals import (
+    MAX_ASSIGNMENTS_PER_BATCH,
+    MAX_SIGNALS_PER_BATCH,
+    AssignmentBatch,
+    JobNodeAssignment,
+    Signal,
+    SignalBatch,
+)
 from streams.extract.extractor import Extractor
 from streams.extract.record import Outgoing, extract_record, hold_job_signals
-from streams.signal_batches import BadBatch, pack, pack_partitions, unpack
+from streams.signal_batches import (
+    BadBatch,
+    pack,
+    pack_assignments,
+    pack_partitions,
+    unpack,
+    unpack_assignments,
+)
 from tests.factories import T0, kernel_xid, nccl_timeout
 
 
@@ -119,3 +134,41 @@ def test_a_batch_of_several_jobs_needs_every_signal_to_name_its_job():
     assert SignalBatch(signals=[a, b]).job_id is None
     with pytest.raises(ValueError, match="job_id on every signal"):
         SignalBatch(signals=[a, b.model_copy(update={"job_id": None})])
+
+
+def _assignment(node: str, state: str = "assigned", job: str = "42") -> JobNodeAssignment:
+    return JobNodeAssignment(node=node, job_id=job, attempt=1, state=state, event_time=T0)  # type: ignore[arg-type]
+
+
+def test_assignments_are_packed_per_partition_of_their_nodes_each_partition_in_order():
+    nodes = [f"gpu-{n:03d}" for n in range(40)]
+    assignments = [_assignment(n) for n in nodes] + [_assignment("gpu-007", "released")]
+    packed = list(pack_assignments(assignments, lambda key: partition_for(key, 4)))
+    seen: list[JobNodeAssignment] = []
+    for partition, key, value in packed:
+        inside = value.assignments if isinstance(value, AssignmentBatch) else [value]
+        assert {partition_for(a.node.encode(), 4) for a in inside} == {partition}
+        assert key == inside[0].node.encode()
+        seen.extend(inside)
+    assert len(packed) == 4
+    assert sorted(seen, key=assignments.index) == assignments  # nothing lost or added
+    gpu7 = [a.state for a in seen if a.node == "gpu-007"]
+    assert gpu7 == ["assigned", "released"]  # a node's assignments keep their order
+
+
+def test_a_lone_assignment_is_sent_as_itself_and_a_long_partition_in_several_batches():
+    one = _assignment("gpu-001")
+    assert list(pack_assignments([one], lambda _key: 2)) == [(2, b"gpu-001", one)]
+    many = [_assignment(f"gpu-{n:04d}") for n in range(MAX_ASSIGNMENTS_PER_BATCH + 1)]
+    packed = list(pack_assignments(many, lambda _key: 0))
+    assert [type(v) for _, _, v in packed] == [AssignmentBatch, JobNodeAssignment]
+    unpacked = [a for _, _, v in packed for a in unpack_assignments(codec.loads(codec.dumps(v)))]
+    assert [a["node"] for a in unpacked] == [a.node for a in many]
+
+
+def test_unpack_assignments_returns_a_plain_record_as_it_is_and_refuses_a_batch_without_a_list():
+    plain = codec.loads(codec.dumps(_assignment("gpu-001")))
+    assert unpack_assignments(plain) == [plain]
+    for broken in ({"kind": "assignment_batch"}, {"kind": "assignment_batch", "assignments": []}):
+        with pytest.raises(BadBatch):
+            unpack_assignments(broken)

@@ -1,6 +1,9 @@
-"""The sink's fast signal rows agree with the contract path, and refuse what cannot be stored."""
+"""The sink's fast signal rows agree with the contract path, and refuse what cannot be stored; packed
+messages are stored row by row."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import orjson
 import pytest
@@ -9,7 +12,7 @@ from benchmarks.bench_sink import templates
 from connectors.sinks import rows
 from connectors.sinks.sink import ClickHouseSink
 from schemas import codec
-from schemas.signals import Signal, SignalBatch
+from schemas.signals import AssignmentBatch, JobNodeAssignment, Signal, SignalBatch
 from schemas.topics import TopicCatalog
 
 
@@ -98,4 +101,26 @@ def test_a_batch_that_does_not_validate_is_dead_lettered_whole(signals: list[Sig
     bad["signals"][1]["role"] = "boss"
     sink.add(cat.signals_job.name, orjson.dumps(bad), 0, 3)
     assert "signals" not in sink.buffers
+    assert sink.stats.dead_lettered == 1
+
+
+def test_a_packed_batch_of_assignments_is_stored_as_one_row_per_assignment():
+    cat = TopicCatalog(prefix="t")
+    at = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
+    assignments = [
+        JobNodeAssignment(node=f"gpu-{n}", job_id="42", attempt=1, state="assigned", event_time=at)
+        for n in range(3)
+    ]
+    sink = ClickHouseSink(_NoClient(), "db", cat)
+    sink.add(cat.topology_node.name, codec.dumps(AssignmentBatch(assignments=assignments)), 1, 4)
+    alone = ClickHouseSink(_NoClient(), "db", cat)
+    for a in assignments:
+        alone.add(cat.topology_node.name, codec.dumps(a), 1, 4)
+    assert len(sink.buffers["job_assignments"]) == 3
+    assert sink.buffers["job_assignments"] == alone.buffers["job_assignments"]
+    assert sink.offsets[(cat.topology_node.name, 1)] == 5
+    bad = orjson.loads(codec.dumps(AssignmentBatch(assignments=assignments)))
+    bad["assignments"][2]["state"] = "borrowed"
+    sink.add(cat.topology_node.name, orjson.dumps(bad), 1, 5)
+    assert len(sink.buffers["job_assignments"]) == 3  # a batch that does not validate is dead-lettered whole
     assert sink.stats.dead_lettered == 1
