@@ -494,7 +494,8 @@ class CorrelateStage:
         block = self.places.get(key) or RankBlock()
         old = block.places.get(signal.rank)
         if old != new and newer_placement(old, new):
-            self.places.put(key, RankBlock(places={**block.places, signal.rank: new}))
+            # the block's places are validated already: a new block, not a revalidation of its 64 ranks
+            self.places.put(key, RankBlock.model_construct(places={**block.places, signal.rank: new}))
 
     def drop_job_state(self, job_id: str) -> None:
         """Forget a finished job's look-back and placements: rank 0 is in every world communicator and
