@@ -6,9 +6,9 @@
                   [refine timer] ─> control.ticks ─┘         └─> topology.node
     [hang_watch timer] ─> control.progress-ticks ─┘ the correlate agent's progress step ─>
                                                    signals.job (hang / slow-rank signals)
-    raw.logs metric events ─[extract]─> raw.telemetry ─┐
-    signals.node ──────────────────────────────────────┴─[gpu_health]─> signals.node (slow GPU),
-                                                         health.nodes, incidents (degrading)
+    raw.logs metric events ─[extract]─> raw.telemetry ─> the route agent's gpu_health step, which
+                                 also sees every node fact ─> signals.node (slow GPU),
+                                                              health.nodes, incidents (degrading)
     anything unreadable ─> dlq
 
 On a broker the extract step is the batched confluent-kafka stage (``extract/batched.py``, its own
@@ -35,7 +35,7 @@ class Topics:
     signals_node: Any
     topology_node: Any
     ticks_node: Any
-    node_inbox: Any  # signals.node + topology.node + control.node-ticks, co-partitioned by node
+    node_inbox: Any  # signals.node + topology.node + control.node-ticks (+ raw.telemetry), by node
     signals_job: Any
     ticks_job: Any
     job_inbox: Any  # signals.job + control.ticks + control.progress-ticks, co-partitioned by job
@@ -47,7 +47,6 @@ class Topics:
     isolation_requests: Any = None  # decide → per-cluster isolation gate
     raw_telemetry: Any = None  # GpuTelemetry, keyed by node
     ticks_progress: Any = None  # hang_watch timer → the progress step (in the correlate agent), by job
-    gpu_inbox: Any = None  # raw.telemetry + signals.node, co-partitioned by node
     health_nodes: Any = None  # NodeHealth snapshots, keyed by node
 
 
@@ -93,7 +92,14 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
         signals_node=_topic(app, cat.signals_node),
         topology_node=_topic(app, cat.topology_node),
         ticks_node=_topic(app, cat.ticks_node),
-        node_inbox=_inbox(app, cat.signals_node, cat.topology_node, cat.ticks_node),
+        # with the detectors, GPU telemetry too: the route agent drives the gpu_health step
+        node_inbox=_inbox(
+            app,
+            cat.signals_node,
+            cat.topology_node,
+            cat.ticks_node,
+            *([cat.raw_telemetry] if settings.detectors else []),
+        ),
         signals_job=_topic(app, cat.signals_job),
         ticks_job=_topic(app, cat.ticks_job),
         job_inbox=_inbox(app, cat.signals_job, cat.ticks_job, cat.ticks_progress),
@@ -105,7 +111,6 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
         isolation_requests=_topic(app, cat.isolation_requests),
         raw_telemetry=_topic(app, cat.raw_telemetry),
         ticks_progress=_topic(app, cat.ticks_progress),
-        gpu_inbox=_inbox(app, cat.raw_telemetry, cat.signals_node),
         health_nodes=_topic(app, cat.health_nodes),
     )
     pipe = Pipeline(app=app, settings=settings, topics=topics, agents={}, tables={})
@@ -115,7 +120,7 @@ def build(app: faust.App, settings: Settings) -> Pipeline:
         register_batched_extract(pipe)
     if settings.detectors:
         register_progress(pipe)  # first: the correlate agent drives its step
-        register_gpu_health(pipe)
+        register_gpu_health(pipe)  # and the route agent this one
     register_correlate(pipe)
     register_decide(pipe)
     return pipe

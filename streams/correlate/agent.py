@@ -35,6 +35,7 @@ from schemas.topics import (
 from streams.correlate.attribution import PlaceOf
 from streams.correlate.correlator import Timing, add_signal, apply_topology, decide_now, tick
 from streams.correlate.lookback import LOOKBACK_RULES, recall, remember
+from streams.correlate.node_agent import NodeStage
 from streams.correlate.progress import is_checkpoint_save
 from streams.correlate.progress_agent import PROGRESS_TICK, ProgressStage
 from streams.correlate.restarts import remember_failure, saw_checkpoint
@@ -113,6 +114,9 @@ def apply_assignment(state: NodeState, a: JobNodeAssignment, lateness: timedelta
     return state.model_copy(update={"jobs": jobs})
 
 
+_NOT_TELEMETRY = ("signal_id", "tick", "kind", "job_id", "state")  # a node fact's, tick's, assignment's
+
+
 def _block_key(job_id: str, block: int) -> str:
     return f"{job_id}|b{block}"
 
@@ -130,6 +134,11 @@ class CorrelateStage:
         self.t = pipe.topics
         # the progress step runs on the same records (progress_agent.py); None without detectors
         self.progress: ProgressStage | None = pipe.services.get("progress")
+        # and the gpu_health step on the route step's node facts and GPU telemetry (node_agent.py)
+        self.gpu_health: NodeStage | None = pipe.services.get("gpu_health")
+        cat = settings.topics
+        self._telemetry_topic = cat.raw_telemetry.name
+        self._node_topics = {cat.signals_node.name, cat.topology_node.name, cat.ticks_node.name}
         self.cluster = settings.cluster
         self.lateness = timedelta(seconds=settings.lateness_s)
         self.unclaimed_grace = timedelta(seconds=settings.unclaimed_grace_s)
@@ -189,19 +198,31 @@ class CorrelateStage:
         await self.t.signals_job.send(key=job.job_id.encode(), value=routed)
 
     async def on_node_event(self, event: Any) -> None:
+        """One record of the node inbox: a node fact (route, then the gpu_health step, validated
+        once), a job ↔ node assignment or a packed batch of them, a tick, or a GPU telemetry sample
+        (the gpu_health step's alone)."""
         node = key_str(event.key) or "_unknown"
         value = event.value
-        if isinstance(value, dict) and value.get("tick"):
-            current = self.node_states.get(node)
-            if current is not None:
-                released = await self.release_unclaimed(node, current, utcnow())
-                if released is not current:
-                    self._keep_node_state(node, released)
-            return
-        if is_assignment_batch(value):
+        if self._is_telemetry(event.message.topic, value):
+            if self.gpu_health is not None:
+                await self.gpu_health.on_telemetry_value(event, node, value)
+        elif isinstance(value, dict) and value.get("tick"):
+            await self.on_node_tick(node)
+        elif is_assignment_batch(value):
             with self.node_states.deferred():
                 await self.on_assignment_batch(event, node)
-            return
+        else:
+            await self.on_node_record(event, node, value)
+
+    async def on_node_tick(self, node: str) -> None:
+        current = self.node_states.get(node)
+        if current is not None:
+            released = await self.release_unclaimed(node, current, utcnow())
+            if released is not current:
+                self._keep_node_state(node, released)
+
+    async def on_node_record(self, event: Any, node: str, value: Any) -> None:
+        """A node fact or a lone assignment."""
         try:
             if isinstance(value, dict) and "signal_id" in value:
                 item: Signal | JobNodeAssignment = Signal.model_validate(value)
@@ -214,9 +235,25 @@ class CorrelateStage:
         if isinstance(item, JobNodeAssignment):
             new = await self.on_assignment(state, item)
         else:
-            new = await self.on_node_signal(state, item)
+            try:
+                new = await self.on_node_signal(state, item)
+            finally:  # a bug in one step must not keep the fact from the other
+                if self.gpu_health is not None:
+                    await self.gpu_health.on_signal(node, item)
         if new is not state:  # a fact forwarded at once leaves the node's state as it was
             self._keep_node_state(node, new)
+
+    def _is_telemetry(self, topic: str, value: Any) -> bool:
+        """By the record's topic. In-memory tests feed the agent without one; there a record with
+        ``metrics``, or one that is none of the other kinds (no signal id, tick, batch kind, job or
+        assignment state), is telemetry."""
+        if topic == self._telemetry_topic:
+            return True
+        if topic in self._node_topics:
+            return False
+        if not isinstance(value, dict):
+            return False
+        return "metrics" in value or not any(k in value for k in _NOT_TELEMETRY)
 
     async def on_assignment_batch(self, event: Any, key: str) -> None:
         """A packed ``topology.node`` message: each assignment applied to its own node, in order, as if

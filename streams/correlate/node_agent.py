@@ -1,7 +1,10 @@
-"""Faust agent ``gpu_health`` (keyed by node): slow GPUs and degrading nodes.
+"""The ``gpu_health`` step (keyed by node): slow GPUs and degrading nodes.
 
-It reads GPU telemetry (``raw.telemetry``) and node facts (``signals.node``, beside the route
-agent), both keyed by node, and keeps two tables keyed by node:
+It is not an agent of its own: the route agent reads the node inbox (``signals.node``,
+``topology.node``, ``control.node-ticks`` and ``raw.telemetry``) and hands this step every GPU
+telemetry sample and every node fact, validated once, the way the correlate agent drives the
+progress step. Two agents on ``signals.node`` cost every node fact two fetches, two decodes, two
+dispatches and two validations. The step keeps two tables keyed by node:
 
 - ``gpu-pace``: each GPU's recent SM clock and throttle reasons
   (:mod:`streams.correlate.straggler`). A GPU that stays slower than its peers becomes a
@@ -29,9 +32,10 @@ from schemas.telemetry import GpuTelemetry
 from schemas.topics import TABLE_GPU_PACE, TABLE_NODE_HEALTH
 from streams.correlate import node_health, straggler
 from streams.deadletters import dead_letter_event
-from streams.pipeline import Pipeline, key_str
+from streams.pipeline import Pipeline
 
 log = logging.getLogger("sickbay.gpu_health")
+STAGE = "gpu_health"  # the dead letters' stage for unreadable telemetry
 MAX_CACHED = 50_000
 T = TypeVar("T")
 
@@ -66,26 +70,25 @@ class NodeStage:
         pipe.app.on_partitions_revoked.connect(self.forget)
         pipe.app.on_partitions_assigned.connect(self.forget)
 
-    async def on_event(self, event: Any) -> None:
-        node = key_str(event.key) or "_unknown"
-        value = event.value
+    async def on_telemetry_value(self, event: Any, node: str, value: Any) -> None:
+        """A ``raw.telemetry`` record for this node; an unreadable one is dead-lettered (stage
+        ``gpu_health``)."""
         try:
-            if isinstance(value, dict) and "signal_id" in value:
-                item: Signal | GpuTelemetry = Signal.model_validate(value)
-            else:
-                item = GpuTelemetry.model_validate(value)
+            sample = GpuTelemetry.model_validate(value)
         except ValidationError as exc:
-            await dead_letter_event(self.t.dlq, "gpu_health", event, node, exc)
+            await dead_letter_event(self.t.dlq, STAGE, event, node, exc)
             return
-        if isinstance(item, GpuTelemetry):
-            await self.on_telemetry(node, item)
-            if not node_health.telemetry_relevant(item):
-                return
-            new = node_health.observe_telemetry(self.health_state(node), item, self.health_cfg)
-        else:
-            if node_health.signal_kind(item) is None:
-                return  # not degradation evidence (this includes our own straggler signals)
-            new = node_health.observe_signal(self.health_state(node), item, self.health_cfg)
+        await self.on_telemetry(node, sample)
+        if node_health.telemetry_relevant(sample):
+            new = node_health.observe_telemetry(self.health_state(node), sample, self.health_cfg)
+            if new is not None:
+                await self.on_health(node, new)
+
+    async def on_signal(self, node: str, signal: Signal) -> None:
+        """A node fact the route step validated: degradation evidence moves the node's score."""
+        if node_health.signal_kind(signal) is None:
+            return  # not degradation evidence (this includes our own straggler signals)
+        new = node_health.observe_signal(self.health_state(node), signal, self.health_cfg)
         if new is not None:
             await self.on_health(node, new)
 
@@ -134,17 +137,8 @@ class NodeStage:
 
 
 def register(pipe: Pipeline) -> None:
-    app = pipe.app
+    """The step's tables; the route agent, registered after it, drives the step."""
     stage = NodeStage(pipe)
     pipe.tables.update({"gpu_pace": stage.pace, "node_health": stage.health})
-
-    @app.agent(pipe.topics.gpu_inbox, name="gpu_health", concurrency=1)
-    async def gpu_health(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                await stage.on_event(event)
-            except Exception as exc:  # one bad event must not stop the stream
-                log.exception("gpu_health failed")
-                await dead_letter_event(pipe.topics.dlq, "gpu_health", event, key_str(event.key) or "", exc)
-
-    pipe.agents.update({"gpu_health": gpu_health, "node_stage": stage})
+    pipe.services["gpu_health"] = stage
+    pipe.agents["node_stage"] = stage

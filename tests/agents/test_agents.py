@@ -67,6 +67,7 @@ async def pipe(tmp_path):
         "dlq",
         "topology_jobs",
         "isolation_requests",
+        "health_nodes",
     ):
         topic = getattr(pipeline.topics, field)
 
@@ -596,7 +597,9 @@ async def test_a_node_tick_that_releases_nothing_rewrites_no_node_state(pipe: Pi
     assert state is not None and [s.signal_id for s in state.pending] == [fresh.signal_id]
     counting = _CountingTable(stage.node_states.table)
     stage.node_states.table = counting
-    await stage.on_node_event(SimpleNamespace(key=b"gpu-09", value={"tick": True}))
+    tick_topic = pipe.settings.topics.ticks_node.name
+    message = SimpleNamespace(topic=tick_topic, partition=0)
+    await stage.on_node_event(SimpleNamespace(key=b"gpu-09", value={"tick": True}, message=message))
     assert counting.writes == [] and pipe.sent["signals_job"] == []
 
 

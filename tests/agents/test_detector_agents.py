@@ -242,10 +242,38 @@ async def test_a_malformed_job_signal_is_dead_lettered_once_and_the_job_steps_ke
     assert h.pipe.tables["job_progress"].get("42") is not None
 
 
-async def test_gpu_health_agent_warns_of_a_thermally_throttled_gpu_then_reports_it_once_as_a_node_fact(
+async def test_a_node_fact_reaches_the_route_and_gpu_health_steps_and_a_malformed_one_is_dead_lettered_once(
     h: Harness,
 ) -> None:
-    async with h.pipe.agents["gpu_health"].test_context() as agent:
+    """One agent reads signals.node: the route step holds the fact for the node's jobs and the
+    gpu_health step counts it as degradation evidence, from one validation."""
+    xid = Signal(
+        signal_id="xid64",
+        rule="gpu.xid",
+        role=Role.ROOT_CANDIDATE,
+        category=Category.HARDWARE_GPU,
+        summary="Xid 64",
+        event_time=T0,
+        observed_time=T0,
+        node="gpu-05",
+        gpu="0000:3b:00",
+        attrs={"code": 64},
+        text="NVRM: Xid (PCI:0000:3b:00): 64, ...",
+    )
+    async with h.pipe.agents["route"].test_context() as agent:
+        await agent.put({"signal_id": "bad", "rule": "gpu.xid", "event_time": "never"}, key=b"gpu-05")
+        await agent.put(_d(xid), key=b"gpu-05")
+    [(_, letter)] = h.sent["dlq"]
+    assert letter.stage == "route" and letter.reason == "invalid_record"  # once, not once per step
+    pending = h.pipe.agents["stage"].node_states.get("gpu-05").pending
+    assert [s.signal_id for s in pending] == ["xid64"]  # route: held until a job claims it
+    assert h.pipe.tables["node_health"].get("gpu-05") is not None  # gpu_health: evidence counted
+
+
+async def test_gpu_health_step_warns_of_a_thermally_throttled_gpu_then_reports_it_once_as_a_node_fact(
+    h: Harness,
+) -> None:
+    async with h.pipe.agents["route"].test_context() as agent:
         for minute in range(12):
             for gpu in range(4):
                 hot = gpu == 1 and minute >= 3
@@ -267,7 +295,7 @@ async def test_gpu_health_agent_warns_of_a_thermally_throttled_gpu_then_reports_
     assert h.sent["dlq"] == []
 
 
-async def test_gpu_health_agent_opens_a_degrading_incident_and_publishes_snapshots(h: Harness) -> None:
+async def test_gpu_health_step_opens_a_degrading_incident_and_publishes_snapshots(h: Harness) -> None:
     remap_failure = Signal(
         signal_id="xid64",
         rule="gpu.xid",
@@ -281,7 +309,7 @@ async def test_gpu_health_agent_opens_a_degrading_incident_and_publishes_snapsho
         attrs={"code": 64},
         text="NVRM: Xid (PCI:0000:3b:00): 64, ...",
     )
-    async with h.pipe.agents["gpu_health"].test_context() as agent:
+    async with h.pipe.agents["route"].test_context() as agent:
         await agent.put(_d(remap_failure), key=b"gpu-05")
         await agent.put(_d(remap_failure.model_copy(update={"signal_id": "xid64b"})), key=b"gpu-05")
     incidents = [v for _, v in h.sent["incidents"]]
@@ -294,8 +322,8 @@ async def test_gpu_health_agent_opens_a_degrading_incident_and_publishes_snapsho
     assert snapshots[-1].score < snapshots[0].score
 
 
-async def test_gpu_health_agent_dead_letters_unreadable_telemetry(h: Harness) -> None:
-    async with h.pipe.agents["gpu_health"].test_context() as agent:
+async def test_gpu_health_step_dead_letters_unreadable_telemetry(h: Harness) -> None:
+    async with h.pipe.agents["route"].test_context() as agent:
         await agent.put({"time": "yesterday", "node": "gpu-02"}, key=b"gpu-02")
         await agent.put(_d(_sample(0, 0.0, DCGM_FI_DEV_SM_CLOCK=1980.0)), key=b"gpu-02")
     [(_, letter)] = h.sent["dlq"]
