@@ -91,6 +91,14 @@ class Settings(BaseSettings):
     extract_poll_s: float = Field(
         default=0.05, gt=0, description="longest wait for a batch to fill (adds at most this latency)"
     )
+    correlate_take_max: int = Field(
+        default=64,
+        ge=1,
+        description="job-inbox messages the correlate agent handles as one take (one table write per key)",
+    )
+    correlate_take_s: float = Field(
+        default=0.05, gt=0, description="longest wait for a take to fill (adds at most this latency)"
+    )
     gil_switch_interval_s: float | None = Field(
         default=None,
         gt=0,

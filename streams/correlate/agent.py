@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -51,12 +51,12 @@ from streams.correlate.state import (
 )
 from streams.correlate.table_cache import TableCache
 from streams.deadletters import dead_letter_event
+from streams.faust_events import as_current, current
 from streams.pipeline import Pipeline, key_str
 from streams.signal_batches import (
     BadBatch,
     handle_each,
     is_assignment_batch,
-    is_batch,
     pack_assignments,
     unpack_assignments,
 )
@@ -183,7 +183,7 @@ class CorrelateStage:
         self._pending_nodes: set[str] = set()
         self._pending_built: float | None = None
         # jobs whose window took signals in the packed batch being handled (None outside one)
-        self._undecided: dict[str, None] | None = None
+        self._undecided: dict[str, Any] | None = None  # job -> the event it came with
         # job ↔ node assignments learnt in that batch, sent packed per partition at its end
         self._assignments: list[JobNodeAssignment] | None = None
         self._node_partition = KeyPartitioner(settings.topics.topology_node.partitions)
@@ -372,28 +372,41 @@ class CorrelateStage:
             self.topologies.put(job_id, kept)
 
     async def on_job_event(self, event: Any) -> None:
-        """One record of the job inbox (``signals.job``, ``control.ticks``, ``control.progress-ticks``):
-        a signal, a batch of one job's signals (each handled in order, a bad one dead-lettered alone)
-        or a tick. A batch of several jobs (``SignalBatch`` without a ``job_id``) is handled signal by
-        signal under each one's own job: its jobs share the event's partition, so their tables'
-        writes land where each signal alone would have put them."""
+        """One record of the job inbox, alone (``on_job_events``)."""
+        await self.on_job_events([event])
+
+    async def on_job_events(self, events: Sequence[Any]) -> None:
+        """A take of the job inbox (``signals.job``, ``control.ticks``, ``control.progress-ticks``),
+        from any of the worker's partitions: signals, packed batches (each signal handled in order
+        under its own job, a bad one dead-lettered alone) and ticks. Their jobs' windows, topologies,
+        placements and progress reach the tables once, at the take's end, each under the event it
+        came from (``faust_events``); each job whose window took signals gets one verdict, then; the
+        job ↔ node assignments learnt go out packed per partition of ``topology.node``. Faust
+        acknowledges the take's events only after this returns, so a crash replays the whole take
+        and the signal ids make the replay a no-op."""
+        with self._deferred_writes():
+            self._undecided, self._assignments = {}, []
+            try:
+                for event in events:
+                    with as_current(event):
+                        await self._handle_job_event(event)
+                await self.decide_undecided()
+            finally:
+                self._undecided = None
+                assignments, self._assignments = self._assignments, None
+        await self.send_assignments(assignments)
+
+    async def _handle_job_event(self, event: Any) -> None:
         job_id = key_str(event.key) or "?"
 
         async def handle(value: Any, key: str) -> None:
             await self.on_job_value(event, key, value)
 
-        if not is_batch(event.value):
+        try:
             await handle_each(event, job_id, "correlate", self.t.dlq, handle)
-            return
-        with self._deferred_writes():
-            self._undecided, self._assignments = {}, []
-            try:
-                await handle_each(event, job_id, "correlate", self.t.dlq, handle)
-                await self.decide_undecided()
-            finally:
-                self._undecided = None
-                assignments, self._assignments = self._assignments, None
-            await self.send_assignments(assignments)
+        except Exception as exc:  # one bad event must not stop the take
+            log.exception("correlate failed")
+            await self.dead_letter("correlate", event, job_id, exc)
 
     async def send_assignments(self, assignments: list[JobNodeAssignment]) -> None:
         """Job ↔ node assignments to ``topology.node``, the nodes of each partition packed into one
@@ -410,17 +423,18 @@ class CorrelateStage:
         job's watchdog timeouts came as 4,000 verdicts on a growing window, of which only the last
         mattered. A job whose decision fails is logged and decided on its window's next tick."""
         undecided, self._undecided = self._undecided or {}, None
-        for job_id in undecided:
+        for job_id, event in undecided.items():
             window = self.parsed_windows.get(job_id)
             if window is None:
                 continue
             try:
-                updated, incident = decide_now(
-                    window, self.topologies.get(job_id), utcnow(), self.timing, self.place_of(job_id)
-                )
-                await self.publish(incident)
-                if updated is not window:
-                    self._keep_window(job_id, updated)
+                with as_current(event):  # the job's partition, whichever event of the take came last
+                    updated, incident = decide_now(
+                        window, self.topologies.get(job_id), utcnow(), self.timing, self.place_of(job_id)
+                    )
+                    await self.publish(incident)
+                    if updated is not window:
+                        self._keep_window(job_id, updated)
             except Exception:
                 log.exception("correlate: deciding job %s at the end of a batch failed", job_id)
 
@@ -501,7 +515,7 @@ class CorrelateStage:
                 updated = add_signal(updated, topo, hint, self.cluster, now) or updated
             updated = updated.model_copy(update={"first_signal_time": first})
         if self._undecided is not None:  # inside a packed batch: decided once at its end
-            self._undecided[job_id] = None
+            self._undecided[job_id] = current()
             self._keep_window(job_id, updated)
             return
         updated, incident = decide_now(updated, topo, now, self.timing, self.place_of(job_id))
@@ -636,14 +650,24 @@ def register(pipe: Pipeline) -> None:
                 log.exception("route failed")
                 await stage.dead_letter("route", event, key_str(event.key) or "", exc)
 
+    take_max, take_within = pipe.settings.correlate_take_max, pipe.settings.correlate_take_s
+
+    async def handle_take(events: Sequence[Any]) -> None:
+        try:
+            await stage.on_job_events(events)
+        except Exception as exc:  # each event's own errors are caught; this is the take's end
+            log.exception("correlate failed at the end of a take of %d events", len(events))
+            for event in events:  # acknowledged when this returns: not lost without a trace
+                await stage.dead_letter("correlate", event, key_str(event.key) or "", exc)
+
     @app.agent(t.job_inbox, name="correlate", concurrency=1)
     async def correlate(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                await stage.on_job_event(event)
-            except Exception as exc:  # one bad event must not stop the stream
-                log.exception("correlate failed")
-                await stage.dead_letter("correlate", event, key_str(event.key) or "", exc)
+        if take_max <= 1:  # a take of one: Faust's event-by-event iteration (in-memory tests use it)
+            async for event in stream.events():
+                await handle_take([event])
+            return
+        async for events in stream.take_events(take_max, within=take_within):
+            await handle_take(events)
 
     @app.timer(interval=pipe.settings.refine_interval_s, name="refine")  # type: ignore[untyped-decorator]
     async def refine() -> None:

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from schemas import codec
+from streams.faust_events import as_current, current
 from streams.pipeline import key_str
 
 M = TypeVar("M", bound=BaseModel)
@@ -37,18 +38,23 @@ V = TypeVar("V")
 class DeferredWrites(Generic[V]):
     """A batch's table writes, held back: inside ``around()`` each key keeps only its last value
     (``None``: delete), and ``write`` gets each key once on the way out. Only around the handling of
-    one event: the writes land before its offset can be committed, so a crash replays the whole
-    event. Nested blocks write with the outermost one."""
+    events not yet acknowledged (one event, or one take of several): the writes land before their
+    offsets can be committed, so a crash replays the whole batch. Nested blocks write with the
+    outermost one. Each key is written under the Faust event it was held under
+    (``faust_events``), so a batch of events from several partitions files each key in its own
+    partition's store and changelog."""
 
     def __init__(self, write: Callable[[str, V | None], None]) -> None:
         self.write = write
         self.pending: dict[str, V | None] | None = None
+        self.events: dict[str, Any] = {}
 
     def hold(self, key: str, value: V | None) -> bool:
         """Keep the write for the batch's end; ``False`` outside a batch (the caller writes now)."""
         if self.pending is None:
             return False
         self.pending[key] = value
+        self.events[key] = current()
         return True
 
     @contextmanager
@@ -61,8 +67,10 @@ class DeferredWrites(Generic[V]):
             yield
         finally:
             pending, self.pending = self.pending, None
+            events, self.events = self.events, {}
             for key, value in pending.items():
-                self.write(key, value)
+                with as_current(events.get(key)):
+                    self.write(key, value)
 
 
 class TableCache(Generic[M]):

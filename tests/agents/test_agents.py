@@ -20,6 +20,7 @@ from schemas.base import utcnow
 from schemas.deadletter import DeadLetter
 from schemas.incidents import Category, Incident
 from schemas.signals import AssignmentBatch, JobNodeAssignment, Signal, SignalBatch
+from streams import faust_events
 from streams.app import create_app
 from streams.correlate import agent as agent_module
 from streams.pipeline import Pipeline, build
@@ -48,6 +49,7 @@ async def pipe(tmp_path):
         state_dir=tmp_path,
         lateness_s=3600,
         extract_stage="agent",  # the per-message agent: agent.test_context drives it in memory
+        correlate_take_max=1,  # one event per take: put() returns once its event is handled
     )
     app = create_app(settings, store="memory://")
     pipeline = build(app, settings)
@@ -338,6 +340,70 @@ def _failing_job(job: str, first: int, offset: int) -> list[Signal]:
     ]
     xid = one(kernel_xid(nodes[2], 79, T0 + timedelta(minutes=1)), offset=offset + 9)
     return [alloc, *timeouts, xid.model_copy(update={"job_id": job, "routed": True})]
+
+
+class _Event:
+    """A Faust event's shape (weakly referenceable, as ``faust_events.as_current`` needs)."""
+
+    def __init__(self, key: bytes, value: Any, partition: int, offset: int) -> None:
+        self.key, self.value = key, value
+        self.message = SimpleNamespace(topic="signals.job", partition=partition, offset=offset)
+
+
+async def test_a_take_of_events_from_several_partitions_writes_each_job_once_under_its_own_partition(
+    pipe: Pipeline,
+):
+    """The correlate agent handles a take of many messages at once: each job's window, topology and
+    placements reach the tables once, at the take's end, filed under the partition of the event the
+    job's signals came with (not the take's last event), and each job is decided once."""
+    a, b = _failing_job("42", 1, 100), _failing_job("43", 11, 200)
+    events = [
+        _Event(s.job_id.encode(), _as_dict(s), partition, n)
+        for n, (s, partition) in enumerate(
+            (s, p) for pair in zip(a, b, strict=True) for s, p in zip(pair, (0, 1), strict=True)
+        )
+    ]
+    stage = pipe.agents["stage"]
+    written: list[tuple[str, str, int]] = []
+
+    def recording(name: str, table: Any) -> Any:
+        original = type(table).__setitem__
+
+        def setitem(t: Any, key: str, value: Any) -> None:
+            if t is table:
+                written.append((name, key, faust_events.current().message.partition))
+            original(t, key, value)
+
+        return setitem
+
+    decided: list[str] = []
+    real_decide = agent_module.decide_now
+
+    def counting_decide(window: Any, *args: Any) -> Any:
+        decided.append(window.job_id)
+        return real_decide(window, *args)
+
+    tables = {"windows": stage.windows, "topology": stage.job_topology}
+    with patch.object(agent_module, "decide_now", counting_decide):
+        for name, table in tables.items():
+            stack = patch.object(type(table), "__setitem__", recording(name, table))
+            stack.start()
+        try:
+            await stage.on_job_events(events)
+        finally:
+            patch.stopall()
+    assert sorted(written) == [
+        ("topology", "42", 0),
+        ("topology", "43", 1),
+        ("windows", "42", 0),
+        ("windows", "43", 1),
+    ]
+    assert sorted(decided) == ["42", "43"]  # one verdict per job per take
+    incidents = dict(pipe.sent["incidents"])
+    assert (incidents[b"42"].culprit.node, incidents[b"43"].culprit.node) == ("gpu-03", "gpu-13")
+    nodes = sorted(a.node for a in sent_assignments(pipe.sent["topology_node"]))
+    assert nodes == [f"gpu-{n:02d}" for n in (*range(1, 5), *range(11, 15))]
+    assert len(pipe.sent["topology_node"]) == 1  # one partition of topology.node here: one message
 
 
 async def test_a_batch_of_several_jobs_is_read_as_each_jobs_signals_sent_alone(pipe: Pipeline):
