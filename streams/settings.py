@@ -91,12 +91,12 @@ class Settings(BaseSettings):
     extract_poll_s: float = Field(
         default=0.05, gt=0, description="longest wait for a batch to fill (adds at most this latency)"
     )
-    correlate_take_max: int = Field(
+    take_max: int = Field(
         default=64,
         ge=1,
-        description="job-inbox messages the correlate agent handles as one take (one table write per key)",
+        description="messages the correlate and route agents each handle as one take (a table write per key)",
     )
-    correlate_take_s: float = Field(
+    take_s: float = Field(
         default=0.05, gt=0, description="longest wait for a take to fill (adds at most this latency)"
     )
     gil_switch_interval_s: float | None = Field(

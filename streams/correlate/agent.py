@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,6 +58,7 @@ from streams.signal_batches import (
     handle_each,
     is_assignment_batch,
     pack_assignments,
+    pack_partitions,
     unpack_assignments,
 )
 
@@ -187,6 +188,9 @@ class CorrelateStage:
         # job ↔ node assignments learnt in that batch, sent packed per partition at its end
         self._assignments: list[JobNodeAssignment] | None = None
         self._node_partition = KeyPartitioner(settings.topics.topology_node.partitions)
+        # node facts the route step forwards in a take, per job, sent packed at its end
+        self._forwards: dict[bytes, list[Signal]] | None = None
+        self._job_partition = KeyPartitioner(settings.topics.signals_job.partitions)
 
     async def dead_letter(self, stage: str, event: Any, key: str, exc: Exception, item: Any = None) -> None:
         await dead_letter_event(self.t.dlq, stage, event, key, exc, item=item)
@@ -195,7 +199,33 @@ class CorrelateStage:
 
     async def forward(self, signal: Signal, job: NodeJob) -> None:
         routed = signal.model_copy(update={"job_id": job.job_id, "routed": True})
+        if self._forwards is not None:  # inside a take: sent packed at its end
+            self._forwards.setdefault(job.job_id.encode(), []).append(routed)
+            return
         await self.t.signals_job.send(key=job.job_id.encode(), value=routed)
+
+    async def on_node_events(self, events: Sequence[Any]) -> None:
+        """A take of the node inbox, from any of the worker's partitions. The nodes' states reach
+        ``node-jobs`` once, at the take's end, each under the event it came with (``faust_events``);
+        the facts forwarded to jobs go out packed per partition of ``signals.job``
+        (``pack_partitions``, as the extract stage sends them), so a busy fleet's node facts cost
+        the correlate agent a message per partition per take, not one per fact and job. Faust
+        acknowledges the take's events only after this returns: a crash replays the take whole, and
+        the forwarded copies keep their signal ids, so the correlate step drops the repeats."""
+        with self.node_states.deferred():
+            self._forwards = {}
+            try:
+                for event in events:
+                    with as_current(event):
+                        try:
+                            await self.on_node_event(event)
+                        except Exception as exc:  # one bad event must not stop the take
+                            log.exception("route failed")
+                            await self.dead_letter("route", event, key_str(event.key) or "", exc)
+            finally:
+                forwards, self._forwards = self._forwards, None
+        for partition, key, value in pack_partitions(forwards, self._job_partition):
+            await self.t.signals_job.send(key=key, value=value, partition=partition)
 
     async def on_node_event(self, event: Any) -> None:
         """One record of the node inbox: a node fact (route, then the gpu_health step, validated
@@ -641,33 +671,35 @@ def register(pipe: Pipeline) -> None:
         }
     )
 
-    @app.agent(t.node_inbox, name="route", concurrency=1)
-    async def route(stream: Any) -> None:
-        async for event in stream.events():
+    take_max, take_within = pipe.settings.take_max, pipe.settings.take_s
+
+    def taking(name: str, on_events: Callable[[Sequence[Any]], Awaitable[None]]) -> Any:
+        """The body of a stateful agent: takes of up to ``take_max`` messages (``Stream.take_events``,
+        acknowledged after the take is handled), or Faust's event-by-event iteration for a take of
+        one (the in-memory tests use it)."""
+
+        async def handle_take(events: Sequence[Any]) -> None:
             try:
-                await stage.on_node_event(event)
-            except Exception as exc:  # one bad event must not stop the stream
-                log.exception("route failed")
-                await stage.dead_letter("route", event, key_str(event.key) or "", exc)
+                await on_events(events)
+            except Exception as exc:  # each event's own errors are caught; this is the take's end
+                log.exception("%s failed at the end of a take of %d events", name, len(events))
+                for event in events:  # acknowledged when this returns: not lost without a trace
+                    await stage.dead_letter(name, event, key_str(event.key) or "", exc)
 
-    take_max, take_within = pipe.settings.correlate_take_max, pipe.settings.correlate_take_s
+        async def agent(stream: Any) -> None:
+            if take_max <= 1:
+                async for event in stream.events():
+                    await handle_take([event])
+                return
+            async for events in stream.take_events(take_max, within=take_within):
+                await handle_take(events)
 
-    async def handle_take(events: Sequence[Any]) -> None:
-        try:
-            await stage.on_job_events(events)
-        except Exception as exc:  # each event's own errors are caught; this is the take's end
-            log.exception("correlate failed at the end of a take of %d events", len(events))
-            for event in events:  # acknowledged when this returns: not lost without a trace
-                await stage.dead_letter("correlate", event, key_str(event.key) or "", exc)
+        return agent
 
-    @app.agent(t.job_inbox, name="correlate", concurrency=1)
-    async def correlate(stream: Any) -> None:
-        if take_max <= 1:  # a take of one: Faust's event-by-event iteration (in-memory tests use it)
-            async for event in stream.events():
-                await handle_take([event])
-            return
-        async for events in stream.take_events(take_max, within=take_within):
-            await handle_take(events)
+    route = app.agent(t.node_inbox, name="route", concurrency=1)(taking("route", stage.on_node_events))
+    correlate = app.agent(t.job_inbox, name="correlate", concurrency=1)(
+        taking("correlate", stage.on_job_events)
+    )
 
     @app.timer(interval=pipe.settings.refine_interval_s, name="refine")  # type: ignore[untyped-decorator]
     async def refine() -> None:

@@ -49,7 +49,7 @@ async def pipe(tmp_path):
         state_dir=tmp_path,
         lateness_s=3600,
         extract_stage="agent",  # the per-message agent: agent.test_context drives it in memory
-        correlate_take_max=1,  # one event per take: put() returns once its event is handled
+        take_max=1,  # one event per take: put() returns once its event is handled
     )
     app = create_app(settings, store="memory://")
     pipeline = build(app, settings)
@@ -404,6 +404,49 @@ async def test_a_take_of_events_from_several_partitions_writes_each_job_once_und
     nodes = sorted(a.node for a in sent_assignments(pipe.sent["topology_node"]))
     assert nodes == [f"gpu-{n:02d}" for n in (*range(1, 5), *range(11, 15))]
     assert len(pipe.sent["topology_node"]) == 1  # one partition of topology.node here: one message
+
+
+async def test_a_route_take_writes_each_node_once_under_its_partition_and_packs_the_forwarded_facts(
+    pipe: Pipeline,
+):
+    """The route agent handles a take of node-inbox messages at once: each node's state reaches
+    node-jobs once, under the partition of the event it came with, and the facts it forwards to jobs
+    go out packed (one message per partition of signals.job), each keeping its signal id."""
+
+    def assign(node: str, job: str) -> dict[str, Any]:
+        return _as_dict(JobNodeAssignment(node=node, job_id=job, attempt=1, state="assigned", event_time=T0))
+
+    x1 = one(kernel_xid("gpu-01", 79, T0 + timedelta(minutes=1)), offset=3)
+    x2 = one(kernel_xid("gpu-02", 48, T0 + timedelta(minutes=1), text="DBE"), offset=4)
+    x3 = one(kernel_xid("gpu-01", 94, T0 + timedelta(minutes=2)), offset=5)
+    events = [
+        _Event(b"gpu-01", assign("gpu-01", "42"), 0, 1),
+        _Event(b"gpu-02", assign("gpu-02", "43"), 1, 1),
+        _Event(b"gpu-01", _as_dict(x1), 0, 2),
+        _Event(b"gpu-02", _as_dict(x2), 1, 2),
+        _Event(b"gpu-01", _as_dict(x3), 0, 3),
+    ]
+    stage = pipe.agents["stage"]
+    table = stage.node_jobs
+    written: list[tuple[str, int]] = []
+    original = type(table).__setitem__
+
+    def setitem(t: Any, key: str, value: Any) -> None:
+        if t is table:
+            written.append((key, faust_events.current().message.partition))
+        original(t, key, value)
+
+    with patch.object(type(table), "__setitem__", setitem):
+        await stage.on_node_events(events)
+    assert sorted(written) == [("gpu-01", 0), ("gpu-02", 1)]
+    [(key, packed)] = pipe.sent["signals_job"]  # one partition of signals.job here: one message
+    assert isinstance(packed, SignalBatch) and packed.job_id is None
+    assert [(s.job_id, s.signal_id, s.routed) for s in packed.signals] == [
+        ("42", x1.signal_id, True),
+        ("42", x3.signal_id, True),
+        ("43", x2.signal_id, True),
+    ]
+    assert key == b"42"
 
 
 async def test_a_batch_of_several_jobs_is_read_as_each_jobs_signals_sent_alone(pipe: Pipeline):

@@ -53,7 +53,7 @@ async def pipe(tmp_path: Any) -> Pipeline:
         unclaimed_grace_s=30,
         root_grace_s=0,  # a job's end closes its incident on the next tick
         extract_stage="agent",  # the per-message agent: agent.test_context drives it in memory
-        correlate_take_max=1,  # one event per take: put() returns once its event is handled
+        take_max=1,  # one event per take: put() returns once its event is handled
     )
     app = create_app(settings, store="memory://")
     pipeline = build(app, settings)

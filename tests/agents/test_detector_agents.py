@@ -58,7 +58,7 @@ async def h(tmp_path: Path) -> Harness:
         detector_clock="event",
         straggler_sustain_s=120.0,
         extract_stage="agent",  # the per-message agent: agent.test_context drives it in memory
-        correlate_take_max=1,  # one event per take: put() returns once its event is handled
+        take_max=1,  # one event per take: put() returns once its event is handled
     )
     app = create_app(settings, store="memory://")
     pipeline = build(app, settings)
