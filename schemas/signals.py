@@ -83,15 +83,22 @@ class SignalBatch(Contract):
 
     ``job_id`` names the batch's one job; ``None`` means the signals of several jobs that share a
     partition of ``signals.job`` (the message goes to that partition), and each signal names its job.
+
+    ``keyed_by`` ``node``: node facts on ``signals.node`` (no job yet), packed the same way per
+    partition of that topic; each is handled under its own node (``node``, ``_unknown`` without one).
     """
 
     kind: Literal["signal_batch"] = SIGNAL_BATCH_KIND
+    keyed_by: Literal["job", "node"] = "job"
     job_id: str | None = None
     signals: list[Signal] = Field(min_length=1, max_length=MAX_SIGNALS_PER_BATCH)
 
     @model_validator(mode="after")
     def _each_signal_names_its_job(self) -> SignalBatch:
-        if self.job_id is None and any(s.job_id is None for s in self.signals):
+        if self.keyed_by == "node":
+            if self.job_id is not None:
+                raise ValueError("a batch of node facts names no job")
+        elif self.job_id is None and any(s.job_id is None for s in self.signals):
             raise ValueError("a batch of several jobs needs a job_id on every signal")
         return self
 

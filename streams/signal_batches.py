@@ -94,6 +94,27 @@ def pack_assignments(
             yield partition, key, chunk[0] if len(chunk) == 1 else AssignmentBatch(assignments=chunk)
 
 
+def node_of(signal: Signal) -> str:
+    """The key a node fact travels under on ``signals.node`` (the extract stage's, the route step's)."""
+    return signal.node or "_unknown"
+
+
+def pack_node_partitions(
+    by_node: dict[bytes, list[Signal]], partition_of: Callable[[bytes], int]
+) -> Iterator[tuple[int, bytes, Signal | SignalBatch]]:
+    """(partition, key, message) for node facts held per node key, like ``pack_partitions`` for jobs:
+    the nodes that share a partition of ``signals.node`` go out together, each node's facts in order,
+    a lone fact as itself, several as a ``SignalBatch`` keyed by node whose key is its first node."""
+    shared: dict[int, list[Signal]] = {}
+    for key, signals in by_node.items():
+        shared.setdefault(partition_of(key), []).extend(signals)
+    for partition, flat in shared.items():
+        for i in range(0, len(flat), MAX_SIGNALS_PER_BATCH):
+            chunk = flat[i : i + MAX_SIGNALS_PER_BATCH]
+            key = node_of(chunk[0]).encode()
+            yield partition, key, chunk[0] if len(chunk) == 1 else SignalBatch(keyed_by="node", signals=chunk)
+
+
 def is_assignment_batch(value: Any) -> bool:
     return isinstance(value, dict) and value.get("kind") == ASSIGNMENT_BATCH_KIND
 

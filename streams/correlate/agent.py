@@ -57,8 +57,10 @@ from streams.signal_batches import (
     BadBatch,
     handle_each,
     is_assignment_batch,
+    is_batch,
     pack_assignments,
     pack_partitions,
+    unpack,
     unpack_assignments,
 )
 
@@ -241,8 +243,28 @@ class CorrelateStage:
         elif is_assignment_batch(value):
             with self.node_states.deferred():
                 await self.on_assignment_batch(event, node)
+        elif is_batch(value):
+            with self.node_states.deferred():
+                await self.on_node_batch(event, node)
         else:
             await self.on_node_record(event, node, value)
+
+    async def on_node_batch(self, event: Any, key: str) -> None:
+        """Node facts the extract stage packed per partition of ``signals.node``: each handled under
+        its own node, in order, as if it had come alone; a bad one is dead-lettered alone."""
+        try:
+            items = unpack(event.value)
+        except BadBatch as exc:
+            await self.dead_letter("route", event, key, exc)
+            return
+        for item in items:
+            node = item.get("node") if isinstance(item, dict) else None
+            node = node if isinstance(node, str) and node else "_unknown"
+            try:
+                await self.on_node_record(event, node, item, packed=True)
+            except Exception as exc:  # one bad fact must not drop the rest of its batch
+                log.exception("route failed on a packed node fact")
+                await self.dead_letter("route", event, node, exc, item=item)
 
     async def on_node_tick(self, node: str) -> None:
         current = self.node_states.get(node)
@@ -251,15 +273,15 @@ class CorrelateStage:
             if released is not current:
                 self._keep_node_state(node, released)
 
-    async def on_node_record(self, event: Any, node: str, value: Any) -> None:
-        """A node fact or a lone assignment."""
+    async def on_node_record(self, event: Any, node: str, value: Any, *, packed: bool = False) -> None:
+        """A node fact or a lone assignment (``packed``: a fact from a batch, dead-lettered alone)."""
         try:
             if isinstance(value, dict) and "signal_id" in value:
                 item: Signal | JobNodeAssignment = Signal.model_validate(value)
             else:
                 item = JobNodeAssignment.model_validate(value)
         except ValidationError as exc:
-            await self.dead_letter("route", event, node, exc)
+            await self.dead_letter("route", event, node, exc, item=value if packed else None)
             return
         state = self.node_states.get(node) or NodeState()
         if isinstance(item, JobNodeAssignment):

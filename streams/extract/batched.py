@@ -42,7 +42,7 @@ from streams.extract.quiet import RepeatQuieter
 from streams.extract.record import DESTINATIONS, Destination, extract_record, hold_job_signals
 from streams.pipeline import key_str
 from streams.settings import Settings
-from streams.signal_batches import pack_partitions
+from streams.signal_batches import pack_node_partitions, pack_partitions
 
 log = logging.getLogger("sickbay.extract")
 
@@ -85,8 +85,9 @@ class BatchedExtract:
         self._thread = threading.Thread(target=self._run, name="sickbay-extract", daemon=True)
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
-        # signals.job's partitions: the catalog's until ``_open`` asks the broker
+        # signals.job's and signals.node's partitions: the catalog's until ``_open`` asks the broker
         self._job_partition = KeyPartitioner(settings.topics.signals_job.partitions)
+        self._node_partition = KeyPartitioner(settings.topics.signals_node.partitions)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -132,6 +133,7 @@ class BatchedExtract:
         )
         self._consumer.subscribe([self.source], on_revoke=self._on_revoke)
         self._job_partition = KeyPartitioner(self._partitions_of(self.topics["signals_job"]))
+        self._node_partition = KeyPartitioner(self._partitions_of(self.topics["signals_node"]))
 
     def _partitions_of(self, topic: str) -> int:
         """The topic's partition count as the broker has it (packs are sent to explicit partitions,
@@ -145,7 +147,7 @@ class BatchedExtract:
             reason = str(meta.error) if meta is not None and meta.error is not None else "no metadata"
         if meta is not None and meta.error is None and meta.partitions:
             return len(meta.partitions)
-        fallback = self.settings.topics.signals_job.partitions
+        fallback = self.settings.partitions  # the catalog's count, every topic's
         log.warning("extract: no partition count for %s (%s); the catalog's: %d", topic, reason, fallback)
         return fallback
 
@@ -177,6 +179,7 @@ class BatchedExtract:
         first: dict[tuple[str, int], int] = {}
         last: dict[tuple[str, int], int] = {}
         by_job: dict[bytes, list[Signal]] = {}
+        by_node: dict[bytes, list[Signal]] = {}
         literal = self.prefilter.records_with_literals([m.value() or b"" for m in msgs])
         for m, has_literal in zip(msgs, literal, strict=True):
             if (err := m.error()) is not None:
@@ -186,8 +189,8 @@ class BatchedExtract:
             tp = (m.topic() or self.source, m.partition() or 0)
             first.setdefault(tp, offset)
             last[tp] = offset
-            self._extract(m, tp, offset, now, by_job, has_literal)
-        self._produce_job_signals(by_job)
+            self._extract(m, tp, offset, now, by_job, by_node, has_literal)
+        self._produce_signals(by_job, by_node)
         self.records += len(msgs)
         self._settle(first, last)
         return len(msgs)
@@ -199,9 +202,11 @@ class BatchedExtract:
         offset: int,
         now: Any,
         by_job: dict[bytes, list[Signal]],
+        by_node: dict[bytes, list[Signal]],
         literal: bool,
     ) -> None:
-        """A job's signals wait for the end of the batch (``_produce_job_signals``); the rest go now."""
+        """Job signals and node facts wait for the end of the batch (``_produce_signals``); the rest
+        go now."""
         outs = extract_record(
             self.extractor,
             m.value() or b"",
@@ -213,16 +218,20 @@ class BatchedExtract:
             self.quieter,
             literal=literal,
         )
-        for out in hold_job_signals(outs, by_job):
+        for out in hold_job_signals(outs, by_job, by_node):
             self._produce(self.topics[out.dest], out.key, codec.dumps(out.value))
 
-    def _produce_job_signals(self, by_job: dict[bytes, list[Signal]]) -> None:
+    def _produce_signals(self, by_job: dict[bytes, list[Signal]], by_node: dict[bytes, list[Signal]]) -> None:
         """Each job's signals of the batch, in the order read, packed with the other jobs of its
         partition into as few messages as ``SignalBatch`` allows: a job's burst (every rank's placement
         at start, every rank's timeout at a failure) and a busy fleet's thousand jobs with a fact or two
-        each cost the stateful stages a message per partition, not one per job or per rank."""
+        each cost the stateful stages a message per partition, not one per job or per rank. Node facts
+        the same way, per partition of ``signals.node`` (kernel noise from ten thousand nodes)."""
         topic = self.topics["signals_job"]
         for partition, key, value in pack_partitions(by_job, self._job_partition):
+            self._produce(topic, key, codec.dumps(value), partition)
+        topic = self.topics["signals_node"]
+        for partition, key, value in pack_node_partitions(by_node, self._node_partition):
             self._produce(topic, key, codec.dumps(value), partition)
 
     def _produce(self, topic: str, key: bytes, value: bytes, partition: int | None = None) -> None:

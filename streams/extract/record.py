@@ -73,13 +73,18 @@ def extract_record(
     return [Outgoing("dlq", b"extract", letter)]
 
 
-def hold_job_signals(outs: list[Outgoing], by_job: dict[bytes, list[Signal]]) -> list[Outgoing]:
+def hold_job_signals(
+    outs: list[Outgoing], by_job: dict[bytes, list[Signal]], by_node: dict[bytes, list[Signal]] | None = None
+) -> list[Outgoing]:
     """Set a record's job signals aside in ``by_job`` (per job key, in order) to be sent packed
-    (``signal_batches.pack``); returns the outputs to send as they are."""
+    (``signal_batches.pack``), and with ``by_node`` its node facts (per node key); returns the outputs
+    to send as they are."""
     rest: list[Outgoing] = []
     for out in outs:
         if out.dest == "signals_job" and isinstance(out.value, Signal):
             by_job.setdefault(out.key, []).append(out.value)
+        elif by_node is not None and out.dest == "signals_node" and isinstance(out.value, Signal):
+            by_node.setdefault(out.key, []).append(out.value)
         else:
             rest.append(out)
     return rest

@@ -449,6 +449,24 @@ async def test_a_route_take_writes_each_node_once_under_its_partition_and_packs_
     assert key == b"42"
 
 
+async def test_route_reads_a_packed_batch_of_node_facts_under_each_facts_own_node(pipe: Pipeline):
+    """The extract stage packs node facts per partition of signals.node: each reaches its own node's
+    state (held until a job claims it), and a malformed one is dead-lettered alone with its JSON."""
+    x1 = one(kernel_xid("gpu-01", 79, T0 + timedelta(minutes=1)), offset=3)
+    x2 = one(kernel_xid("gpu-03", 79, T0 + timedelta(minutes=1)), offset=4)
+    value = _as_dict(SignalBatch(keyed_by="node", signals=[x1, x2]))
+    bad = {**value["signals"][0], "signal_id": "bad", "role": "no_such_role"}
+    value["signals"].insert(1, bad)
+    async with pipe.agents["route"].test_context() as agent:
+        await agent.put(value, key=b"gpu-01")
+    stage = pipe.agents["stage"]
+    assert [s.signal_id for s in stage.node_states.get("gpu-01").pending] == [x1.signal_id]
+    assert [s.signal_id for s in stage.node_states.get("gpu-03").pending] == [x2.signal_id]
+    [(_, letter)] = pipe.sent["dlq"]
+    assert (letter.stage, letter.reason, letter.key) == ("route", "invalid_record", "gpu-01")
+    assert codec.loads(base64.b64decode(letter.original_b64)) == bad
+
+
 async def test_a_batch_of_several_jobs_is_read_as_each_jobs_signals_sent_alone(pipe: Pipeline):
     """The extract stage packs the jobs that share a partition into one message: each signal is
     handled under its own job, and each job gets the incident it gets from single messages."""

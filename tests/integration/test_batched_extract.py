@@ -141,7 +141,14 @@ def test_a_reads_job_signals_arrive_one_message_per_partition_where_each_jobs_ke
     key, shared = placed[0]
     batch = SignalBatch.model_validate(shared)  # jobs 42 and 43: one message
     assert batch.job_id is None and key in (b"42", b"43")
-    assert [(sig.job_id, sig.rank) for sig in batch.signals] == [("42", 3), ("42", 0), ("42", 2), ("43", 5)]
+    # each job's facts in their order (which job comes first depends on which raw.logs partition is read first)
+    assert [sig.rank for sig in batch.signals if sig.job_id == "42"] == [3, 0, 2]
+    assert sorted((sig.job_id, sig.rank) for sig in batch.signals) == [
+        ("42", 0),
+        ("42", 2),
+        ("42", 3),
+        ("43", 5),
+    ]
     key, lone = placed[1]
     assert key == b"44" and Signal.model_validate(lone).rank == 7  # a partition's lone fact is sent as itself
     # where the project's producer (librdkafka, murmur2_random) puts each job's key by itself
@@ -151,6 +158,50 @@ def test_a_reads_job_signals_arrive_one_message_per_partition_where_each_jobs_ke
         key: p for p, key, value in _read_placed(kafka_bootstrap, cat.signals_job.name, 5) if "job" in value
     }
     assert by_key == {b"42": 0, b"43": 0, b"44": 1}
+
+
+def test_a_reads_node_facts_arrive_one_message_per_partition_of_signals_node_where_each_node_lands(
+    kafka_bootstrap,
+):
+    """Node facts are packed like job signals: gpu-01 and gpu-03 share partition 1 of two, gpu-02 has
+    partition 0; one read makes one message per partition, each node's facts in order, on the
+    partition the broker's keyed placement gives each node."""
+    s = _settings(kafka_bootstrap)
+    cat = s.topics
+    assert [partition_for(n, 2) for n in (b"gpu-01", b"gpu-02", b"gpu-03")] == [1, 0, 1]
+    facts = [
+        (b"gpu-01", kernel_xid("gpu-01", 79, T0)),
+        (b"gpu-03", kernel_xid("gpu-03", 48, T0, text="DBE")),
+        (b"gpu-01", kernel_xid("gpu-01", 94, T0)),
+        (b"gpu-02", kernel_xid("gpu-02", 79, T0)),
+    ]
+    _produce(kafka_bootstrap, cat.raw_logs.name, facts)
+    stage = BatchedExtract(s)
+    stage._open()
+    try:
+        _drain(stage, len(facts))
+    finally:
+        stage._close()
+    placed = {p: (key, value) for p, key, value in _read_placed(kafka_bootstrap, cat.signals_node.name, 2)}
+    assert sorted(placed) == [0, 1]
+    key, shared = placed[1]
+    batch = SignalBatch.model_validate(shared)
+    assert batch.keyed_by == "node" and key == b"gpu-01"
+    assert [(sig.node, sig.attrs.get("code")) for sig in batch.signals] == [
+        ("gpu-01", 79),
+        ("gpu-01", 94),
+        ("gpu-03", 48),
+    ]
+    key, lone = placed[0]
+    assert key == b"gpu-02" and Signal.model_validate(lone).node == "gpu-02"
+    keyed = [(node, codec.dumps({"node": node.decode()})) for node in (b"gpu-01", b"gpu-02", b"gpu-03")]
+    _produce(kafka_bootstrap, cat.signals_node.name, keyed)
+    by_key = {
+        key: p
+        for p, key, value in _read_placed(kafka_bootstrap, cat.signals_node.name, 5)
+        if "signal_id" not in value and "signals" not in value
+    }
+    assert by_key == {b"gpu-01": 1, b"gpu-02": 0, b"gpu-03": 1}
 
 
 def test_a_stage_that_died_before_its_commit_is_replayed_with_the_same_signal_ids(kafka_bootstrap):

@@ -23,6 +23,7 @@ from streams.signal_batches import (
     BadBatch,
     pack,
     pack_assignments,
+    pack_node_partitions,
     pack_partitions,
     unpack,
     unpack_assignments,
@@ -172,3 +173,38 @@ def test_unpack_assignments_returns_a_plain_record_as_it_is_and_refuses_a_batch_
     for broken in ({"kind": "assignment_batch"}, {"kind": "assignment_batch", "assignments": []}):
         with pytest.raises(BadBatch):
             unpack_assignments(broken)
+
+
+def _node_fact(node: str, n: int) -> Signal:
+    [out] = extract_record(Extractor(), kernel_xid(node, 79, T0), node, "raw", 0, n, T0)
+    assert isinstance(out.value, Signal) and out.value.job_id is None
+    return out.value
+
+
+def test_node_facts_are_held_per_node_and_packed_per_partition_of_signals_node_each_node_in_order():
+    by_job: dict[bytes, list[Signal]] = {}
+    by_node: dict[bytes, list[Signal]] = {}
+    facts = [_node_fact(node, n) for n, node in enumerate(["gpu-01", "gpu-02", "gpu-01", "gpu-03"])]
+    for fact in facts:
+        rest = hold_job_signals([Outgoing("signals_node", fact.node.encode(), fact)], by_job, by_node)
+        assert rest == []
+    assert by_job == {} and list(by_node) == [b"gpu-01", b"gpu-02", b"gpu-03"]
+    packed = list(pack_node_partitions(by_node, lambda key: partition_for(key, 2)))
+    by_partition = {partition: (key, value) for partition, key, value in packed}
+    assert sorted(by_partition) == [0, 1]  # gpu-02 on 0; gpu-01 and gpu-03 on 1
+    key, lone = by_partition[0]
+    assert (key, lone) == (b"gpu-02", facts[1])  # a partition's lone fact is sent as itself
+    key, batch = by_partition[1]
+    assert isinstance(batch, SignalBatch) and batch.keyed_by == "node" and batch.job_id is None
+    assert key == b"gpu-01"
+    assert [s.signal_id for s in batch.signals] == [
+        facts[0].signal_id,
+        facts[2].signal_id,
+        facts[3].signal_id,
+    ]
+
+
+def test_a_batch_of_node_facts_names_no_job():
+    fact = _node_fact("gpu-01", 0)
+    with pytest.raises(ValueError, match="names no job"):
+        SignalBatch(keyed_by="node", job_id="42", signals=[fact, fact])

@@ -124,3 +124,16 @@ def test_a_packed_batch_of_assignments_is_stored_as_one_row_per_assignment():
     sink.add(cat.topology_node.name, orjson.dumps(bad), 1, 5)
     assert len(sink.buffers["job_assignments"]) == 3  # a batch that does not validate is dead-lettered whole
     assert sink.stats.dead_lettered == 1
+
+
+def test_a_packed_batch_of_node_facts_is_stored_as_one_row_per_fact(signals: list[Signal]):
+    cat = TopicCatalog(prefix="t")
+    facts = [s.model_copy(update={"job_id": None, "node": f"gpu-0{n}"}) for n, s in enumerate(signals[:3])]
+    sink = ClickHouseSink(_NoClient(), "db", cat)
+    sink.add(cat.signals_node.name, codec.dumps(SignalBatch(keyed_by="node", signals=facts)), 2, 9)
+    alone = ClickHouseSink(_NoClient(), "db", cat)
+    for fact in facts:
+        alone.add(cat.signals_node.name, codec.dumps(fact), 2, 9)
+    assert len(sink.buffers["signals"]) == 3
+    assert sink.buffers["signals"] == alone.buffers["signals"]
+    assert sink.offsets[(cat.signals_node.name, 2)] == 10
