@@ -198,14 +198,18 @@ class Worker:
 
     def cpu_s(self) -> float:
         """User + system CPU seconds the worker's processes have used (robust to other load on the box)."""
-        total = 0
+        return sum(self.cpu_by_process().values())
+
+    def cpu_by_process(self) -> dict[int, float]:
+        """CPU seconds per process of the worker (the worker's own pid first)."""
+        out: dict[int, float] = {}
         for pid in self.pids():
             try:
                 stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            total += int(stat[11]) + int(stat[12])
-        return total / os.sysconf("SC_CLK_TCK")
+            out[pid] = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        return out
 
     def rss_mb(self) -> tuple[float, float]:
         """VmRSS and VmHWM summed over the worker's processes (the peak: each process's own peak)."""
@@ -271,7 +275,12 @@ def _end_offsets(bootstrap: str, topics: list[str], partitions: int) -> dict[tup
 
 
 def wait_caught_up(
-    bootstrap: str, owners: dict[str, str], topics: list[str], partitions: int, timeout_s: float
+    bootstrap: str,
+    owners: dict[str, str],
+    topics: list[str],
+    partitions: int,
+    timeout_s: float,
+    hops: list[float] | None = None,
 ) -> float:
     """Wait until the worker has committed everything the input caused; return time.monotonic() then.
 
@@ -280,7 +289,7 @@ def wait_caught_up(
     Each further round snapshots the ends of the downstream topics and waits until their groups
     committed up to the snapshot: one round per hop (raw → node → job → incidents). A fixed target,
     because the detectors' timers keep adding a trickle of their own records (hang checks) that
-    never stops.
+    never stops. ``hops`` gets the time each round ended.
     """
     from confluent_kafka import Consumer, TopicPartition
 
@@ -305,6 +314,8 @@ def wait_caught_up(
                         if targets[(tp.topic, tp.partition)]
                     )
                 if done:
+                    if hops is not None:
+                        hops.append(time.monotonic())
                     break
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the worker did not catch up within {timeout_s:.0f}s")
@@ -512,7 +523,7 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
     reader = IncidentReader(bootstrap, cat.incidents.name)
     try:
         worker.wait_ready()
-        t_ready, cpu_ready = time.monotonic(), worker.cpu_s()
+        t_ready, cpu_ready, by_process = time.monotonic(), worker.cpu_s(), worker.cpu_by_process()
         reader.start()
         stages = [
             cat.raw_logs.name,
@@ -524,7 +535,8 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         owners = dict.fromkeys(stages, prefix)
         if args.extract_stage == "batched":
             owners[cat.raw_logs.name] = extract_group(settings.app_id)
-        t_done = wait_caught_up(bootstrap, owners, stages, args.partitions, 1800)
+        hops: list[float] = []
+        t_done = wait_caught_up(bootstrap, owners, stages, args.partitions, 1800, hops)
         cpu_a = worker.cpu_s() - cpu_ready
         e2e = len(pre.records) / (t_done - t_ready)
         seen_a = sum(1 for f in pre.faults if any(j == f.job_id for j, _ in reader.first))
@@ -532,6 +544,18 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
             f"(a) end to end: {len(pre.records)} records in {t_done - t_ready:.1f}s = {e2e:,.0f} events/s; "
             f"{seen_a}/{len(pre.faults)} fault jobs got an incident; worker CPU {cpu_a:.1f}s = "
             f"{len(pre.records) / cpu_a:,.0f} events per CPU-second",
+            file=sys.stderr,
+        )
+        spent = [(pid, t - by_process.get(pid, 0.0)) for pid, t in worker.cpu_by_process().items()]
+        print(
+            "(a) CPU by process: "
+            + ", ".join(f"{'worker' if pid == worker.proc.pid else pid} {t:.1f}s" for pid, t in spent),
+            file=sys.stderr,
+        )
+        print(
+            "(a) caught up: raw.logs read and committed at "
+            + ", then ".join(f"{t - t_ready:.1f}s" for t in hops)
+            + " (one round per hop downstream)",
             file=sys.stderr,
         )
         # (c) paced
