@@ -13,8 +13,8 @@ partition of ``topology.node`` (``pack_assignments``); the route step takes them
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 from schemas.signals import (
     ASSIGNMENT_BATCH_KIND,
@@ -53,6 +53,22 @@ def pack_jobs(by_job: dict[bytes, list[Signal]]) -> Iterator[tuple[bytes, Signal
             yield key, value
 
 
+T = TypeVar("T")
+
+
+def _per_partition(
+    groups: Iterable[tuple[bytes, list[T]]], partition_of: Callable[[bytes], int], bound: int
+) -> Iterator[tuple[int, list[T]]]:
+    """(partition, chunk): the items of the keys that share a partition, in the order given (each
+    key's items stay in order), in chunks of at most ``bound``."""
+    shared: dict[int, list[T]] = {}
+    for key, items in groups:
+        shared.setdefault(partition_of(key), []).extend(items)
+    for partition, flat in shared.items():
+        for i in range(0, len(flat), bound):
+            yield partition, flat[i : i + bound]
+
+
 def pack_partitions(
     by_job: dict[bytes, list[Signal]], partition_of: Callable[[bytes], int]
 ) -> Iterator[tuple[int, bytes, Signal | SignalBatch]]:
@@ -62,19 +78,14 @@ def pack_partitions(
     job); one of several jobs is a batch without a ``job_id`` whose key is one of its jobs. Either way
     the message goes to the partition its jobs' keys hash to, so every reader keyed by job sees it
     where it would have seen each signal alone."""
-    shared: dict[int, list[Signal]] = {}
-    for key, signals in by_job.items():
-        shared.setdefault(partition_of(key), []).extend(signals)
-    for partition, flat in shared.items():
-        for i in range(0, len(flat), MAX_SIGNALS_PER_BATCH):
-            chunk = flat[i : i + MAX_SIGNALS_PER_BATCH]
-            first = chunk[0].job_id or ""
-            if len(chunk) == 1:
-                yield partition, first.encode(), chunk[0]
-            elif all(s.job_id == first for s in chunk):
-                yield partition, first.encode(), SignalBatch(job_id=first, signals=chunk)
-            else:
-                yield partition, first.encode(), SignalBatch(job_id=None, signals=chunk)
+    for partition, chunk in _per_partition(by_job.items(), partition_of, MAX_SIGNALS_PER_BATCH):
+        first = chunk[0].job_id or ""
+        if len(chunk) == 1:
+            yield partition, first.encode(), chunk[0]
+        elif all(s.job_id == first for s in chunk):
+            yield partition, first.encode(), SignalBatch(job_id=first, signals=chunk)
+        else:
+            yield partition, first.encode(), SignalBatch(job_id=None, signals=chunk)
 
 
 def pack_assignments(
@@ -84,14 +95,10 @@ def pack_assignments(
     partition go out together, in the order given (so a node's release stays ahead of its next
     assignment), as few messages as the batch bound allows; a lone assignment is sent as itself. The
     key is the first assignment's node, the partition the one every node of the message hashes to."""
-    shared: dict[int, list[JobNodeAssignment]] = {}
-    for a in assignments:
-        shared.setdefault(partition_of(a.node.encode()), []).append(a)
-    for partition, flat in shared.items():
-        for i in range(0, len(flat), MAX_ASSIGNMENTS_PER_BATCH):
-            chunk = flat[i : i + MAX_ASSIGNMENTS_PER_BATCH]
-            key = chunk[0].node.encode()
-            yield partition, key, chunk[0] if len(chunk) == 1 else AssignmentBatch(assignments=chunk)
+    groups = ((a.node.encode(), [a]) for a in assignments)
+    for partition, chunk in _per_partition(groups, partition_of, MAX_ASSIGNMENTS_PER_BATCH):
+        key = chunk[0].node.encode()
+        yield partition, key, chunk[0] if len(chunk) == 1 else AssignmentBatch(assignments=chunk)
 
 
 def node_of(signal: Signal) -> str:
@@ -105,14 +112,9 @@ def pack_node_partitions(
     """(partition, key, message) for node facts held per node key, like ``pack_partitions`` for jobs:
     the nodes that share a partition of ``signals.node`` go out together, each node's facts in order,
     a lone fact as itself, several as a ``SignalBatch`` keyed by node whose key is its first node."""
-    shared: dict[int, list[Signal]] = {}
-    for key, signals in by_node.items():
-        shared.setdefault(partition_of(key), []).extend(signals)
-    for partition, flat in shared.items():
-        for i in range(0, len(flat), MAX_SIGNALS_PER_BATCH):
-            chunk = flat[i : i + MAX_SIGNALS_PER_BATCH]
-            key = node_of(chunk[0]).encode()
-            yield partition, key, chunk[0] if len(chunk) == 1 else SignalBatch(keyed_by="node", signals=chunk)
+    for partition, chunk in _per_partition(by_node.items(), partition_of, MAX_SIGNALS_PER_BATCH):
+        key = node_of(chunk[0]).encode()
+        yield partition, key, chunk[0] if len(chunk) == 1 else SignalBatch(keyed_by="node", signals=chunk)
 
 
 def is_assignment_batch(value: Any) -> bool:
@@ -122,11 +124,16 @@ def is_assignment_batch(value: Any) -> bool:
 def unpack_assignments(value: Any) -> list[Any]:
     """The plain assignments inside a ``topology.node`` value (JSON-decoded), each still to be validated;
     raises :class:`BadBatch` for a batch whose ``assignments`` is not a non-empty list."""
-    if not is_assignment_batch(value):
+    return _items(value, ASSIGNMENT_BATCH_KIND, "assignments")
+
+
+def _items(value: Any, kind: str, field: str) -> list[Any]:
+    """A packed value's items (``field``), or the value itself when it is not of the packed ``kind``."""
+    if not (isinstance(value, dict) and value.get("kind") == kind):
         return [value]
-    items = value.get("assignments")
+    items = value.get(field)
     if not isinstance(items, list) or not items:
-        raise BadBatch("an assignment_batch must hold a non-empty list of assignments")
+        raise BadBatch(f"a {kind} must hold a non-empty list of {field}")
     return items
 
 
@@ -135,15 +142,10 @@ def is_batch(value: Any) -> bool:
 
 
 def unpack(value: Any) -> list[Any]:
-    """The plain records inside a ``signals.job`` value (JSON-decoded): a batch's signals, else the
-    value itself. Each is still to be validated by the reader; raises :class:`BadBatch` for a batch
-    whose ``signals`` is not a non-empty list."""
-    if not is_batch(value):
-        return [value]
-    items = value.get("signals")
-    if not isinstance(items, list) or not items:
-        raise BadBatch("a signal_batch must hold a non-empty list of signals")
-    return items
+    """The plain records inside a ``signals.job`` or ``signals.node`` value (JSON-decoded): a batch's
+    signals, else the value itself. Each is still to be validated by the reader; raises
+    :class:`BadBatch` for a batch whose ``signals`` is not a non-empty list."""
+    return _items(value, SIGNAL_BATCH_KIND, "signals")
 
 
 async def handle_each(

@@ -172,10 +172,10 @@ class ClickHouseSink:
         if partition is not None and offset is not None:
             self.offsets[(topic, partition)] = offset + 1
         if tm.model is Signal and _BATCH_MARK in (value or b"")[:_BATCH_MARK_WITHIN]:
-            self._add_batch(topic, value or b"", partition, offset)
+            self._add_packed(topic, value or b"", partition, offset, SignalBatch)
             return
         if tm.model is JobNodeAssignment and _ASSIGNMENTS_MARK in (value or b"")[:_BATCH_MARK_WITHIN]:
-            self._add_assignments(topic, value or b"", partition, offset)
+            self._add_packed(topic, value or b"", partition, offset, AssignmentBatch)
             return
         if tm.fast is not None:
             try:
@@ -201,31 +201,32 @@ class ClickHouseSink:
             return
         self._append(tm.table, rows.encode(tm.row(record)))
 
-    def _add_batch(self, topic: str, value: bytes, partition: int | None, offset: int | None) -> None:
-        """A ``SignalBatch`` on ``signals.job``: one ``signals`` row per signal, as if each had come
-        alone (the packing is transport, not data)."""
+    def _add_packed(
+        self,
+        topic: str,
+        value: bytes,
+        partition: int | None,
+        offset: int | None,
+        packing: type[SignalBatch | AssignmentBatch],
+    ) -> None:
+        """A ``SignalBatch`` (``signals.job``, ``signals.node``) or an ``AssignmentBatch``
+        (``topology.node``): one row per signal or assignment, as if each had come alone (the packing
+        is transport, not data); a batch that does not validate is dead-lettered whole."""
         try:
-            batch = SignalBatch.model_validate_json(value)
+            batch = packing.model_validate_json(value)
         except ValidationError as exc:
             self._dead_letter(topic, value, partition, offset, exc)
             return
         table = self.map[topic].table
+        if isinstance(batch, AssignmentBatch):
+            for a in batch.assignments:
+                self._append(table, rows.encode(rows.assignment_row(a)))
+            return
         for signal in batch.signals:
             if signal.routed:
                 self.stats.skipped_routed += 1
             else:
                 self._append(table, rows.encode(rows.signal_row(signal)))
-
-    def _add_assignments(self, topic: str, value: bytes, partition: int | None, offset: int | None) -> None:
-        """An ``AssignmentBatch`` on ``topology.node``: one ``job_assignments`` row per assignment."""
-        try:
-            batch = AssignmentBatch.model_validate_json(value)
-        except ValidationError as exc:
-            self._dead_letter(topic, value, partition, offset, exc)
-            return
-        table = self.map[topic].table
-        for a in batch.assignments:
-            self._append(table, rows.encode(rows.assignment_row(a)))
 
     def _append(self, table: str, line: bytes) -> None:
         buf = self.buffers.get(table)

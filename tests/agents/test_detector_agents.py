@@ -243,12 +243,9 @@ async def test_a_malformed_job_signal_is_dead_lettered_once_and_the_job_steps_ke
     assert h.pipe.tables["job_progress"].get("42") is not None
 
 
-async def test_a_node_fact_reaches_the_route_and_gpu_health_steps_and_a_malformed_one_is_dead_lettered_once(
-    h: Harness,
-) -> None:
-    """One agent reads signals.node: the route step holds the fact for the node's jobs and the
-    gpu_health step counts it as degradation evidence, from one validation."""
-    xid = Signal(
+def _remap_failure() -> Signal:
+    """An Xid 64 (row remap failure) on gpu-05: a node fact the health step counts as degradation."""
+    return Signal(
         signal_id="xid64",
         rule="gpu.xid",
         role=Role.ROOT_CANDIDATE,
@@ -261,6 +258,14 @@ async def test_a_node_fact_reaches_the_route_and_gpu_health_steps_and_a_malforme
         attrs={"code": 64},
         text="NVRM: Xid (PCI:0000:3b:00): 64, ...",
     )
+
+
+async def test_a_node_fact_reaches_the_route_and_gpu_health_steps_and_a_malformed_one_is_dead_lettered_once(
+    h: Harness,
+) -> None:
+    """One agent reads signals.node: the route step holds the fact for the node's jobs and the
+    gpu_health step counts it as degradation evidence, from one validation."""
+    xid = _remap_failure()
     async with h.pipe.agents["route"].test_context() as agent:
         await agent.put({"signal_id": "bad", "rule": "gpu.xid", "event_time": "never"}, key=b"gpu-05")
         await agent.put(_d(xid), key=b"gpu-05")
@@ -297,19 +302,7 @@ async def test_gpu_health_step_warns_of_a_thermally_throttled_gpu_then_reports_i
 
 
 async def test_gpu_health_step_opens_a_degrading_incident_and_publishes_snapshots(h: Harness) -> None:
-    remap_failure = Signal(
-        signal_id="xid64",
-        rule="gpu.xid",
-        role=Role.ROOT_CANDIDATE,
-        category=Category.HARDWARE_GPU,
-        summary="Xid 64",
-        event_time=T0,
-        observed_time=T0,
-        node="gpu-05",
-        gpu="0000:3b:00",
-        attrs={"code": 64},
-        text="NVRM: Xid (PCI:0000:3b:00): 64, ...",
-    )
+    remap_failure = _remap_failure()
     async with h.pipe.agents["route"].test_context() as agent:
         await agent.put(_d(remap_failure), key=b"gpu-05")
         await agent.put(_d(remap_failure.model_copy(update={"signal_id": "xid64b"})), key=b"gpu-05")

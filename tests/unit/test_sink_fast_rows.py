@@ -104,36 +104,39 @@ def test_a_batch_that_does_not_validate_is_dead_lettered_whole(signals: list[Sig
     assert sink.stats.dead_lettered == 1
 
 
-def test_a_packed_batch_of_assignments_is_stored_as_one_row_per_assignment():
+def _packed_and_alone(topic: str, packed: bytes, alone: list[bytes]) -> tuple[ClickHouseSink, ClickHouseSink]:
+    """Two sinks: one fed the packed message, one fed its items one by one (same partition, offset)."""
     cat = TopicCatalog(prefix="t")
+    one_sink, each_sink = ClickHouseSink(_NoClient(), "db", cat), ClickHouseSink(_NoClient(), "db", cat)
+    one_sink.add(topic, packed, 1, 4)
+    for value in alone:
+        each_sink.add(topic, value, 1, 4)
+    return one_sink, each_sink
+
+
+def test_a_packed_batch_of_assignments_is_stored_as_one_row_per_assignment():
+    topic = TopicCatalog(prefix="t").topology_node.name
     at = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
     assignments = [
         JobNodeAssignment(node=f"gpu-{n}", job_id="42", attempt=1, state="assigned", event_time=at)
         for n in range(3)
     ]
-    sink = ClickHouseSink(_NoClient(), "db", cat)
-    sink.add(cat.topology_node.name, codec.dumps(AssignmentBatch(assignments=assignments)), 1, 4)
-    alone = ClickHouseSink(_NoClient(), "db", cat)
-    for a in assignments:
-        alone.add(cat.topology_node.name, codec.dumps(a), 1, 4)
+    packed = codec.dumps(AssignmentBatch(assignments=assignments))
+    sink, alone = _packed_and_alone(topic, packed, [codec.dumps(a) for a in assignments])
     assert len(sink.buffers["job_assignments"]) == 3
     assert sink.buffers["job_assignments"] == alone.buffers["job_assignments"]
-    assert sink.offsets[(cat.topology_node.name, 1)] == 5
-    bad = orjson.loads(codec.dumps(AssignmentBatch(assignments=assignments)))
+    assert sink.offsets[(topic, 1)] == 5
+    bad = orjson.loads(packed)
     bad["assignments"][2]["state"] = "borrowed"
-    sink.add(cat.topology_node.name, orjson.dumps(bad), 1, 5)
+    sink.add(topic, orjson.dumps(bad), 1, 5)
     assert len(sink.buffers["job_assignments"]) == 3  # a batch that does not validate is dead-lettered whole
     assert sink.stats.dead_lettered == 1
 
 
 def test_a_packed_batch_of_node_facts_is_stored_as_one_row_per_fact(signals: list[Signal]):
-    cat = TopicCatalog(prefix="t")
+    topic = TopicCatalog(prefix="t").signals_node.name
     facts = [s.model_copy(update={"job_id": None, "node": f"gpu-0{n}"}) for n, s in enumerate(signals[:3])]
-    sink = ClickHouseSink(_NoClient(), "db", cat)
-    sink.add(cat.signals_node.name, codec.dumps(SignalBatch(keyed_by="node", signals=facts)), 2, 9)
-    alone = ClickHouseSink(_NoClient(), "db", cat)
-    for fact in facts:
-        alone.add(cat.signals_node.name, codec.dumps(fact), 2, 9)
+    packed = codec.dumps(SignalBatch(keyed_by="node", signals=facts))
+    sink, alone = _packed_and_alone(topic, packed, [codec.dumps(f) for f in facts])
     assert len(sink.buffers["signals"]) == 3
     assert sink.buffers["signals"] == alone.buffers["signals"]
-    assert sink.offsets[(cat.signals_node.name, 2)] == 10
