@@ -117,8 +117,12 @@ def pack_node_partitions(
         yield partition, key, chunk[0] if len(chunk) == 1 else SignalBatch(keyed_by="node", signals=chunk)
 
 
+def _is_packed(value: Any, kind: str) -> bool:
+    return isinstance(value, dict) and value.get("kind") == kind
+
+
 def is_assignment_batch(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("kind") == ASSIGNMENT_BATCH_KIND
+    return _is_packed(value, ASSIGNMENT_BATCH_KIND)
 
 
 def unpack_assignments(value: Any) -> list[Any]:
@@ -129,7 +133,7 @@ def unpack_assignments(value: Any) -> list[Any]:
 
 def _items(value: Any, kind: str, field: str) -> list[Any]:
     """A packed value's items (``field``), or the value itself when it is not of the packed ``kind``."""
-    if not (isinstance(value, dict) and value.get("kind") == kind):
+    if not _is_packed(value, kind):
         return [value]
     items = value.get(field)
     if not isinstance(items, list) or not items:
@@ -138,7 +142,7 @@ def _items(value: Any, kind: str, field: str) -> list[Any]:
 
 
 def is_batch(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("kind") == SIGNAL_BATCH_KIND
+    return _is_packed(value, SIGNAL_BATCH_KIND)
 
 
 def unpack(value: Any) -> list[Any]:
@@ -148,6 +152,18 @@ def unpack(value: Any) -> list[Any]:
     return _items(value, SIGNAL_BATCH_KIND, "signals")
 
 
+def _item_key(batch: dict[str, Any], item: Any, key: str) -> str:
+    """The key one record of a batch is handled under: a node fact of a batch keyed by node under its
+    node (``_unknown`` without one, as the extract stage keyed it: ``node_of``), a signal of a batch
+    of several jobs under its job, anything else under the message's key."""
+    if batch.get("keyed_by") == "node":
+        node = item.get("node") if isinstance(item, dict) else None
+        return node if isinstance(node, str) and node else "_unknown"
+    if batch.get("job_id") is None and isinstance(item, dict) and isinstance(job := item.get("job_id"), str):
+        return job
+    return key
+
+
 async def handle_each(
     event: Any,
     key: str,
@@ -155,11 +171,11 @@ async def handle_each(
     dlq: Any,
     handle: Callable[[Any, str], Awaitable[None]],
 ) -> None:
-    """Hand each plain record of a Faust event to ``handle`` with its key (the event's, or in a batch
-    of several jobs the signal's own job), in order. A malformed
-    batch is dead-lettered whole; inside a batch, a signal whose handling raises is dead-lettered
-    alone and the rest are handled. (The correlate step wraps a batch itself: its table writes and
-    verdicts wait for the batch's end.)"""
+    """Hand each plain record of a Faust event to ``handle`` with its key (the event's; in a batch of
+    several jobs the signal's own job, in a batch of node facts the fact's own node), in order. A
+    malformed batch is dead-lettered whole; inside a batch, a record whose handling raises is
+    dead-lettered alone and the rest are handled. (The stateful agents wrap a take of events
+    themselves: their table writes and verdicts wait for the take's end.)"""
     try:
         items = unpack(event.value)
     except BadBatch as exc:
@@ -168,13 +184,10 @@ async def handle_each(
     if len(items) == 1:
         await handle(items[0], key)
         return
-    mixed = event.value.get("job_id") is None  # a batch of several jobs: each signal names its own
     for item in items:
-        item_key = key
-        if mixed and isinstance(item, dict) and isinstance(job := item.get("job_id"), str):
-            item_key = job
+        item_key = _item_key(event.value, item, key)
         try:
             await handle(item, item_key)
-        except Exception as exc:  # one bad signal must not drop the rest of its batch
-            log.exception("%s failed on a batched signal", stage)
+        except Exception as exc:  # one bad record must not drop the rest of its batch
+            log.exception("%s failed on a batched record", stage)
             await dead_letter_event(dlq, stage, event, item_key, exc, item=item)

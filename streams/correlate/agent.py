@@ -60,7 +60,6 @@ from streams.signal_batches import (
     is_batch,
     pack_assignments,
     pack_partitions,
-    unpack,
     unpack_assignments,
 )
 
@@ -185,9 +184,9 @@ class CorrelateStage:
         # second to find the few with pending facts cost more than the route step); same upkeep
         self._pending_nodes: set[str] = set()
         self._pending_built: float | None = None
-        # jobs whose window took signals in the packed batch being handled (None outside one)
+        # jobs whose window took signals in the take being handled (None outside one)
         self._undecided: dict[str, Any] | None = None  # job -> the event it came with
-        # job ↔ node assignments learnt in that batch, sent packed per partition at its end
+        # job ↔ node assignments learnt in that take, sent packed per partition at its end
         self._assignments: list[JobNodeAssignment] | None = None
         self._node_partition = KeyPartitioner(settings.topics.topology_node.partitions)
         # node facts the route step forwards in a take, per job, sent packed at its end
@@ -241,30 +240,20 @@ class CorrelateStage:
         elif isinstance(value, dict) and value.get("tick"):
             await self.on_node_tick(node)
         elif is_assignment_batch(value):
-            with self.node_states.deferred():
-                await self.on_assignment_batch(event, node)
+            await self.on_assignment_batch(event, node)
         elif is_batch(value):
-            with self.node_states.deferred():
-                await self.on_node_batch(event, node)
+            await self.on_node_batch(event, node)
         else:
             await self.on_node_record(event, node, value)
 
     async def on_node_batch(self, event: Any, key: str) -> None:
         """Node facts the extract stage packed per partition of ``signals.node``: each handled under
         its own node, in order, as if it had come alone; a bad one is dead-lettered alone."""
-        try:
-            items = unpack(event.value)
-        except BadBatch as exc:
-            await self.dead_letter("route", event, key, exc)
-            return
-        for item in items:
-            node = item.get("node") if isinstance(item, dict) else None
-            node = node if isinstance(node, str) and node else "_unknown"
-            try:
-                await self.on_node_record(event, node, item, packed=True)
-            except Exception as exc:  # one bad fact must not drop the rest of its batch
-                log.exception("route failed on a packed node fact")
-                await self.dead_letter("route", event, node, exc, item=item)
+
+        async def handle(value: Any, node: str) -> None:
+            await self.on_node_record(event, node, value)
+
+        await handle_each(event, key, "route", self.t.dlq, handle)
 
     async def on_node_tick(self, node: str) -> None:
         current = self.node_states.get(node)
@@ -273,15 +262,16 @@ class CorrelateStage:
             if released is not current:
                 self._keep_node_state(node, released)
 
-    async def on_node_record(self, event: Any, node: str, value: Any, *, packed: bool = False) -> None:
-        """A node fact or a lone assignment (``packed``: a fact from a batch, dead-lettered alone)."""
+    async def on_node_record(self, event: Any, node: str, value: Any) -> None:
+        """A node fact (alone or from a batch) or a lone assignment; a malformed one is dead-lettered
+        with its own JSON."""
         try:
             if isinstance(value, dict) and "signal_id" in value:
                 item: Signal | JobNodeAssignment = Signal.model_validate(value)
             else:
                 item = JobNodeAssignment.model_validate(value)
         except ValidationError as exc:
-            await self.dead_letter("route", event, node, exc, item=value if packed else None)
+            await self.dead_letter("route", event, node, exc, item=value)
             return
         state = self.node_states.get(node) or NodeState()
         if isinstance(item, JobNodeAssignment):
@@ -310,7 +300,7 @@ class CorrelateStage:
     async def on_assignment_batch(self, event: Any, key: str) -> None:
         """A packed ``topology.node`` message: each assignment applied to its own node, in order, as if
         it had come alone; a malformed one is dead-lettered alone. The nodes' states are written once,
-        at the batch's end (``on_node_event`` defers them). An assignment for a node of another
+        at the take's end (``on_node_events`` defers them). An assignment for a node of another
         partition (a producer that did not hash like ``pack_assignments``) is sent on keyed by its
         node instead of being filed where that node's facts never arrive."""
         try:
@@ -423,10 +413,6 @@ class CorrelateStage:
         if (kept := saw_checkpoint(topo, signal.event_time)) is not topo:
             self.topologies.put(job_id, kept)
 
-    async def on_job_event(self, event: Any) -> None:
-        """One record of the job inbox, alone (``on_job_events``)."""
-        await self.on_job_events([event])
-
     async def on_job_events(self, events: Sequence[Any]) -> None:
         """A take of the job inbox (``signals.job``, ``control.ticks``, ``control.progress-ticks``),
         from any of the worker's partitions: signals, packed batches (each signal handled in order
@@ -463,14 +449,14 @@ class CorrelateStage:
     async def send_assignments(self, assignments: list[JobNodeAssignment]) -> None:
         """Job ↔ node assignments to ``topology.node``, the nodes of each partition packed into one
         message on that partition (``pack_assignments``): a thousand jobs starting on ten thousand
-        nodes are a few messages per batch for the route step, not one per node. The partition is the
+        nodes are a few messages per take for the route step, not one per node. The partition is the
         catalog's count hashed the way Kafka hashes a key (``ensure_topics`` refuses a topic whose
         count differs), so each node's assignments meet its facts."""
         for partition, key, value in pack_assignments(assignments, self._node_partition):
             await self.t.topology_node.send(key=key, value=value, partition=partition)
 
     async def decide_undecided(self) -> None:
-        """The end of a packed batch: each job whose window took signals in it gets its verdict once,
+        """The end of a take: each job whose window took signals in it gets its verdict once,
         on all of them. Deciding after every signal ran attribution once per signal: a 4,000-rank
         job's watchdog timeouts came as 4,000 verdicts on a growing window, of which only the last
         mattered. A job whose decision fails is logged and decided on its window's next tick."""
@@ -488,12 +474,12 @@ class CorrelateStage:
                     if updated is not window:
                         self._keep_window(job_id, updated)
             except Exception:
-                log.exception("correlate: deciding job %s at the end of a batch failed", job_id)
+                log.exception("correlate: deciding job %s at the end of a take failed", job_id)
 
     @contextmanager
     def _deferred_writes(self) -> Iterator[None]:
-        """The window, topology and placements (and progress state) of a batch's jobs reach their
-        tables once per batch, at its end (``on_job_event`` enters it around a packed batch only)."""
+        """The window, topology and placements (and progress state) of a take's jobs reach their
+        tables once per take, at its end (``on_job_events`` enters it around every take)."""
         with ExitStack() as stack:
             for cache in (self.parsed_windows, self.topologies, self.places):
                 stack.enter_context(cache.deferred())
@@ -566,7 +552,7 @@ class CorrelateStage:
             for hint in recall(self.lookback.get(job_id)):  # a new window: what came before it
                 updated = add_signal(updated, topo, hint, self.cluster, now) or updated
             updated = updated.model_copy(update={"first_signal_time": first})
-        if self._undecided is not None:  # inside a packed batch: decided once at its end
+        if self._undecided is not None:  # inside a take: decided once at its end
             self._undecided[job_id] = current()
             self._keep_window(job_id, updated)
             return
@@ -631,7 +617,7 @@ class CorrelateStage:
         just_ended = new_topo.ended_at is not None and (topo is None or topo.ended_at is None)
         if just_ended and (window is None or window.closed):
             self.drop_job_state(job_id)  # no incident left to attribute (else: when its window goes)
-        if self._assignments is not None:  # inside a packed batch: sent packed at its end
+        if self._assignments is not None:  # inside a take: sent packed at its end
             self._assignments.extend(assignments)
         else:
             await self.send_assignments(assignments)
