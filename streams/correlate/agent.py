@@ -133,6 +133,7 @@ class CorrelateStage:
 
     def __init__(self, pipe: Pipeline) -> None:
         app, settings = pipe.app, pipe.settings
+        self.app = app
         self.t = pipe.topics
         # the progress step runs on the same records (progress_agent.py); None without detectors
         self.progress: ProgressStage | None = pipe.services.get("progress")
@@ -223,10 +224,11 @@ class CorrelateStage:
                         except Exception as exc:  # one bad event must not stop the take
                             log.exception("route failed")
                             await self.dead_letter("route", event, key_str(event.key) or "", exc)
+                for partition, key, value in pack_partitions(self._forwards, self._job_partition):
+                    await self.t.signals_job.send(key=key, value=value, partition=partition)
             finally:
-                forwards, self._forwards = self._forwards, None
-        for partition, key, value in pack_partitions(forwards, self._job_partition):
-            await self.t.signals_job.send(key=key, value=value, partition=partition)
+                self._forwards = None
+            await self.delivered()
 
     async def on_node_event(self, event: Any) -> None:
         """One record of the node inbox: a node fact (route, then the gpu_health step, validated
@@ -429,10 +431,23 @@ class CorrelateStage:
                     with as_current(event):
                         await self._handle_job_event(event)
                 await self.decide_undecided()
+                await self.send_assignments(self._assignments)
             finally:
-                self._undecided = None
-                assignments, self._assignments = self._assignments, None
-        await self.send_assignments(assignments)
+                self._undecided, self._assignments = None, None
+            await self.delivered()
+
+    async def delivered(self) -> None:
+        """Wait until everything sent so far is on the broker; called at a take's end, before its table
+        writes. A window records the incidents it published and the signal ids it took, a topology
+        the nodes it announced, a node state the facts it released; if those writes reached the
+        changelog while the sends they record were lost (a ``kill -9`` while the send waited for a
+        partition leader that had gone with its broker), the replayed take would find its signals
+        already seen and never send them again. Sent first, a crash can only repeat a send: the
+        readers already take (incident id, revision), assignments and signal ids as the identity.
+        Nothing to wait for when the producer never started (in-memory tests mock every send)."""
+        producer = self.app.producer
+        if producer.started:
+            await producer.flush()
 
     async def _handle_job_event(self, event: Any) -> None:
         job_id = key_str(event.key) or "?"

@@ -406,6 +406,45 @@ async def test_a_take_of_events_from_several_partitions_writes_each_job_once_und
     assert len(pipe.sent["topology_node"]) == 1  # one partition of topology.node here: one message
 
 
+async def test_a_takes_sends_are_on_the_broker_before_its_table_writes(pipe: Pipeline):
+    """A window records the incidents it published and the signals it took: written before its
+    incident was delivered, a crash would leave a replay that finds its signals seen and never
+    publishes. So the take waits for its sends (incident, assignments) before its table writes."""
+    stage = pipe.agents["stage"]
+    order: list[str] = []
+
+    async def flush() -> None:
+        order.append("delivered")
+
+    for name in ("incidents", "topology_node"):
+        topic = getattr(pipe.topics, name)
+        record = topic.send.side_effect
+
+        async def send(*a: Any, _name: str = name, _record: Any = record, **kw: Any) -> None:
+            order.append(f"send {_name}")
+            await _record(*a, **kw)
+
+        topic.send.side_effect = send
+    table = stage.windows
+    original = type(table).__setitem__
+
+    def setitem(t: Any, key: str, value: Any) -> None:
+        if t is table:
+            order.append("write window")
+        original(t, key, value)
+
+    events = [_Event(b"42", _as_dict(s), 0, n) for n, s in enumerate(_failing_job("42", 1, 100))]
+    producer = stage.app.producer
+    with (
+        patch.object(type(producer), "started", property(lambda _self: True)),
+        patch.object(producer, "flush", flush),
+        patch.object(type(table), "__setitem__", setitem),
+    ):
+        await stage.on_job_events(events)
+    assert order.index("send incidents") < order.index("delivered") < order.index("write window")
+    assert order.index("send topology_node") < order.index("delivered")
+
+
 async def test_a_route_take_writes_each_node_once_under_its_partition_and_packs_the_forwarded_facts(
     pipe: Pipeline,
 ):
