@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import sys
 from typing import Any
@@ -9,7 +11,9 @@ from typing import Any
 import faust
 from faust.serializers import codecs
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.transport.producer import ProducerBuffer
 from faust.types import ProducerT, TransportT
+from faust.types.tuples import FutureMessage
 
 from schemas import codec
 from streams.settings import Settings
@@ -45,6 +49,40 @@ class IdempotentTransport(faust_aiokafka.Transport):
 
 
 PRODUCER_BUFFER_MESSAGES = 2000
+FLUSH_RECHECK_S = 0.1
+
+
+class DrainingBuffer(ProducerBuffer):
+    """Faust's buffer of table writes (changelog sends), with a flush that empties it.
+
+    Faust flushes this buffer, then the producer, before it commits the input offsets, so that a
+    committed offset's table writes are on the broker. The stock flush returns as soon as no write
+    leaves the buffer within 0.1 s, with the rest still queued, and the commit goes ahead. aiokafka's
+    send waits longer than that while a partition has no leader (its broker just died) or on a
+    loaded host, and a ``kill -9`` then lost table writes whose input offsets were already
+    committed: the partition's next owner recovered a window without a signal it would never read
+    again (the scale-out CI test, 2026-12-01: an incident whose root had gone, category unknown).
+
+    This flush returns once every queued write has been handed to the producer, whose own flush then
+    waits for the broker's acks. A write being handed over counts as queued: the sending task has
+    taken it from the queue but aiokafka has not got it yet. Stopping keeps Faust's behaviour (the
+    sending task ends with the service)."""
+
+    _handing_over = 0
+
+    async def _send_pending(self, fut: FutureMessage) -> None:
+        self._handing_over += 1
+        try:
+            await super()._send_pending(fut)
+        finally:
+            self._handing_over -= 1
+
+    async def flush(self) -> None:
+        while self.state == "running" and (self.size or self._handing_over):
+            self.message_sent.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.message_sent.wait(), timeout=FLUSH_RECHECK_S)
+        await super().flush()
 
 
 class SickbayApp(faust.App):
@@ -57,9 +95,15 @@ class SickbayApp(faust.App):
         """Faust holds table writes (changelog sends) in a buffer and pauses the stream to drain it
         past 100 messages, logging a warning and an info line each time. A packed batch's writes
         at its end are a few hundred, so the stock bound paused and logged after most batches (375
-        times in one ``make bench-stream`` run: 1.6 % of the worker's time was those log lines)."""
+        times in one ``make bench-stream`` run: 1.6 % of the worker's time was those log lines).
+        The buffer is a ``DrainingBuffer``, so that a commit never passes writes still queued."""
         producer = super()._new_producer()
-        producer.buffer.max_messages = PRODUCER_BUFFER_MESSAGES
+        buffer = DrainingBuffer(loop=producer.loop, beacon=producer.beacon)
+        buffer.app = self
+        if producer.threaded_producer is not None:
+            buffer.threaded_producer = producer.threaded_producer
+        buffer.max_messages = PRODUCER_BUFFER_MESSAGES
+        producer.buffer = buffer
         return producer
 
 
