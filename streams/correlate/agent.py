@@ -217,13 +217,7 @@ class CorrelateStage:
         with self.node_states.deferred():
             self._forwards = {}
             try:
-                for event in events:
-                    with as_current(event):
-                        try:
-                            await self.on_node_event(event)
-                        except Exception as exc:  # one bad event must not stop the take
-                            log.exception("route failed")
-                            await self.dead_letter("route", event, key_str(event.key) or "", exc)
+                await self._each_event(events, "route", self.on_node_event, "")
                 for partition, key, value in pack_partitions(self._forwards, self._job_partition):
                     await self.t.signals_job.send(key=key, value=value, partition=partition)
             finally:
@@ -427,9 +421,7 @@ class CorrelateStage:
         with self._deferred_writes():
             self._undecided, self._assignments = {}, []
             try:
-                for event in events:
-                    with as_current(event):
-                        await self._handle_job_event(event)
+                await self._each_event(events, "correlate", self.on_job_event, "?")
                 await self.decide_undecided()
                 await self.send_assignments(self._assignments)
             finally:
@@ -449,17 +441,28 @@ class CorrelateStage:
         if producer.started:
             await producer.flush()
 
-    async def _handle_job_event(self, event: Any) -> None:
+    async def _each_event(
+        self, events: Sequence[Any], stage: str, handle: Callable[[Any], Awaitable[None]], keyless: str
+    ) -> None:
+        """Each event of a take, under its own partition (``as_current``); one whose handling raises
+        is dead-lettered under its key (``keyless`` without one) and the take goes on."""
+        for event in events:
+            with as_current(event):
+                try:
+                    await handle(event)
+                except Exception as exc:  # one bad event must not stop the take
+                    log.exception("%s failed", stage)
+                    await self.dead_letter(stage, event, key_str(event.key) or keyless, exc)
+
+    async def on_job_event(self, event: Any) -> None:
+        """One record of the job inbox: a signal, a packed batch (each signal under its own job) or a
+        tick."""
         job_id = key_str(event.key) or "?"
 
         async def handle(value: Any, key: str) -> None:
             await self.on_job_value(event, key, value)
 
-        try:
-            await handle_each(event, job_id, "correlate", self.t.dlq, handle)
-        except Exception as exc:  # one bad event must not stop the take
-            log.exception("correlate failed")
-            await self.dead_letter("correlate", event, job_id, exc)
+        await handle_each(event, job_id, "correlate", self.t.dlq, handle)
 
     async def send_assignments(self, assignments: list[JobNodeAssignment]) -> None:
         """Job ↔ node assignments to ``topology.node``, the nodes of each partition packed into one

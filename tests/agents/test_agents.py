@@ -488,6 +488,39 @@ async def test_a_route_take_writes_each_node_once_under_its_partition_and_packs_
     assert key == b"42"
 
 
+async def test_an_event_that_fails_inside_a_take_is_dead_lettered_and_the_take_goes_on(pipe: Pipeline):
+    """A bug on one event of a take costs that event only: it is dead-lettered (stage, key, or the
+    agent's stand-in for a keyless event) and the take's other events are handled and decided."""
+    stage = pipe.agents["stage"]
+    real_value, real_node = stage.on_job_value, stage.on_node_event
+
+    async def job_value(event: Any, key: str, value: Any) -> None:
+        if value.get("boom"):
+            raise RuntimeError("a rule bug")
+        await real_value(event, key, value)
+
+    async def node_event(event: Any) -> None:
+        if event.value.get("boom"):
+            raise RuntimeError("a rule bug")
+        await real_node(event)
+
+    job_events = [_Event(b"42", _as_dict(s), 0, n) for n, s in enumerate(_failing_job("42", 1, 100))]
+    job_events.insert(1, _Event(b"42", {"boom": True}, 0, 50))
+    job_events.insert(3, _Event(None, {"boom": True}, 0, 51))  # type: ignore[arg-type]
+    node_events = [_Event(None, {"boom": True}, 0, 52)]  # type: ignore[arg-type]
+    with patch.object(stage, "on_job_value", job_value), patch.object(stage, "on_node_event", node_event):
+        await stage.on_job_events(job_events)
+        await stage.on_node_events(node_events)
+    letters = [DeadLetter.model_validate(_as_dict(v)) for _, v in pipe.sent["dlq"]]
+    assert [(d.stage, d.reason, d.key, d.offset) for d in letters] == [
+        ("correlate", "agent_error", "42", 50),
+        ("correlate", "agent_error", "?", 51),
+        ("route", "agent_error", "", 52),
+    ]
+    [(_, incident)] = pipe.sent["incidents"]  # the rest of the take made its incident
+    assert (incident.job_id, incident.culprit.node) == ("42", "gpu-03")
+
+
 async def test_route_reads_a_packed_batch_of_node_facts_under_each_facts_own_node(pipe: Pipeline):
     """The extract stage packs node facts per partition of signals.node: each reaches its own node's
     state (held until a job claims it), and a malformed one is dead-lettered alone with its JSON."""
