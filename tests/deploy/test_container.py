@@ -175,6 +175,9 @@ def test_the_wheel_built_from_what_the_image_copies_carries_rules_console_and_en
         names = set(zf.namelist())
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         assert "sickbay = streams.cli.main:main" in zf.read(entry_points).decode()
+        metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        assert "License-Expression: Apache-2.0" in metadata.splitlines()
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)  # the text ships with it
     assert {"streams/extract/rules/gpu.toml", "connectors/api/static/index.html"} <= names
     assert "schemas/topics.py" in names
     assert not any(n.startswith(("tests/", "benchmarks/", "deploy/")) for n in names)
