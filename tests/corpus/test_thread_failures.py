@@ -8,8 +8,9 @@ rules of the rounds before it, and only then were rules written for its misses
 - round 2 (46 cases): 25, 32, 41 blind; 31, 37, 41 after;
 - round 3 (45 cases): 19, 26, 37 blind; 23, 29, 38 after;
 - round 4 (45 cases): 19, 22, 34 blind; 22, 22, 36 after.
-All 178 now: category 103, restartable 116, isolate 155. The floors sit just under that; raise them
-when attribution improves.
+After that: category 103, restartable 116, isolate 155; with five rules for formats no rule knew
+(2026-12-01, tests/corpus/README.md): category 108, restartable 120, isolate 156. The floors sit
+just under that; raise them when attribution improves.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def test_the_thread_set_is_178_cases_apart_from_the_given_corpus(outcomes):
 
 
 def test_category_accuracy_stays_above_its_floor(outcomes):
-    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.56, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.60, table(outcomes)
 
 
 def test_gpu_faults_are_recognised(outcomes):
@@ -46,11 +47,11 @@ def test_gpu_faults_are_recognised(outcomes):
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.63, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.67, table(outcomes)
 
 
 def test_isolation_advice_stays_above_its_floor(outcomes):
-    assert rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.85, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.87, table(outcomes)
 
 
 def test_only_a_sites_own_failing_health_check_isolates_a_healthy_node(outcomes):
