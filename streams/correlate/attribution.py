@@ -15,7 +15,11 @@ Root selection (failure-signatures.md §5), in order:
 
 Cascades (NCCL watchdog timeouts) and hints are never a root while any root
 candidate exists; with none, the earliest cascade stands in with category
-``unknown`` and low confidence.
+``unknown`` and low confidence. With neither, a *lead* hint (context ``lead``:
+host RAM nearly full, corrected DIMM errors, a node without the NCCL net plugin)
+stands in with its own category, the lowest confidence and nothing isolated.
+Only a finished log reaches that case: a hint opens no live window (the stream's
+node health weighs these signals instead).
 
 History and company change some codes' meaning (the rule's ``context``):
 ``sympathetic`` codes (Xid 45, 141) step aside when another root exists;
@@ -224,15 +228,19 @@ def _with_companion(root: Signal, window: IncidentWindow) -> Signal:
     return root.model_copy(update={"summary": f"{root.summary} ({'; '.join(notes)})"})
 
 
+def is_lead(s: Signal) -> bool:
+    """A hint that may stand in as the root of a log with no root and no cascade."""
+    return s.role == Role.HINT and s.context == "lead"
+
+
 def _pick_root(window: IncidentWindow) -> tuple[Signal, list[Signal], list[Signal]] | None:
     """The root, the remaining candidates, and those context demoted to supporting evidence."""
     roots, demoted = contextualise(window.roots)
     if roots:
         root = min(roots, key=_root_key)
     else:
-        cascade_heads = [
-            t.samples[0] for t in window.tallies.values() if t.samples and t.samples[0].role == Role.CASCADE
-        ]
+        heads = [t.samples[0] for t in window.tallies.values() if t.samples]
+        cascade_heads = [s for s in heads if s.role == Role.CASCADE] or [s for s in heads if is_lead(s)]
         if not cascade_heads:
             return None
         root = min(cascade_heads, key=_root_key)
@@ -569,6 +577,22 @@ def _busy_rank(window: IncidentWindow) -> Signal | None:
     return None
 
 
+def _confidence(
+    root: Signal, lead: bool, is_cascade_root: bool, cascade_elsewhere: bool, skewed: bool
+) -> float:
+    """A lead hint below a cascade standing in, below any root; a decisive root highest, higher
+    still with the cascade it caused on other nodes; a version skew across nodes is near certain."""
+    if lead:
+        confidence = 0.2
+    elif is_cascade_root:
+        confidence = 0.3
+    elif root.decisive:
+        confidence = 0.95 if cascade_elsewhere else 0.85
+    else:
+        confidence = 0.7 if cascade_elsewhere else 0.6
+    return max(confidence, 0.85) if skewed else confidence
+
+
 def attribute(
     window: IncidentWindow, topology: JobTopology | None, place: PlaceOf | None = None
 ) -> Verdict | None:
@@ -626,15 +650,8 @@ def attribute(
         kinds.add("scheduler")
 
     cascade_elsewhere = any(set(t.nodes) - {root.node} for t in cascades)
-    if is_cascade_root:
-        confidence = 0.3
-    elif root.decisive:
-        confidence = 0.95 if cascade_elsewhere else 0.85
-    else:
-        confidence = 0.7 if cascade_elsewhere else 0.6
-
-    if skewed:
-        confidence = max(confidence, 0.85)
+    lead = is_lead(root)
+    confidence = _confidence(root, lead, is_cascade_root, cascade_elsewhere, skewed)
     victims = is_cascade_root or root.rule == SETUP_BARRIER_RULE  # the reporting ranks only waited
     waited = victims or root.rule == HANG_RULE  # ... or the whole job went silent
     busy = _busy_rank(window) if waited else None
@@ -647,7 +664,7 @@ def attribute(
         root=root,
         category=category,
         culprit=culprit,
-        isolate=[] if is_cascade_root or busy is not None else _isolate(root),
+        isolate=[] if is_cascade_root or lead or busy is not None else _isolate(root),
         restartable=restartable,
         confidence=confidence,
         supporting=supporting,

@@ -37,6 +37,8 @@ Context = Literal[
     "companion",  # its meaning sharpens with a companion code (Xid 48 with 63/64, DRAM/SRAM 171/172)
     "decode",  # registers/sub-codes decide (Xid 74, 144-150): kept as reported, flagged for decoding
     "recovery_action",  # states the recovery action itself (Xid 154): overrides the companion's
+    "lead",  # a hint that alone explains a failed log (host RAM at 95 %, corrected DIMM errors):
+    # `sickbay diagnose` reports it at low confidence when the log holds no root and no cascade
 ]
 
 
