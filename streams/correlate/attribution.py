@@ -16,16 +16,10 @@ Root selection (failure-signatures.md §5), in order:
 Cascades (NCCL watchdog timeouts) and hints are never a root while any root
 candidate exists; with none, the earliest cascade stands in with category
 ``unknown`` and low confidence. With neither, a *lead* hint (context ``lead``:
-host RAM nearly full, corrected DIMM errors, a node without the NCCL net plugin)
-stands in with its own category, the lowest confidence and nothing isolated.
-Only a finished log reaches that case: a hint opens no live window (the stream's
-node health weighs these signals instead).
-
-History and company change some codes' meaning (the rule's ``context``):
-``sympathetic`` codes (Xid 45, 141) step aside when another root exists;
-``recurrence`` codes (Xid 13, 31) that repeat on one GPU become a hardware
-fault of that GPU; a ``recovery_action`` (Xid 154) sets the isolation scope of
-the fault it accompanies.
+host RAM nearly full, corrected DIMM errors, machine-check events) stands in with
+its own category, the lowest confidence and nothing isolated. Only a finished log
+reaches that case: a hint opens no live window (the stream's node health weighs
+these signals instead).
 """
 
 from __future__ import annotations

@@ -72,3 +72,10 @@ def test_a_hint_that_is_no_lead_opens_nothing():
 def test_the_stream_opens_no_window_on_a_lead():
     (lead,) = _signals(HOST_RAM)
     assert add_signal(None, None, lead, "c", T0) is None
+
+
+def test_a_missing_nccl_net_plugin_is_no_lead_because_healthy_clusters_print_it():
+    line = "HGX-H100-11:18226:18274 [5] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin."
+    sigs = _signals(line)
+    assert sigs[0].rule == "nccl.net_plugin_missing"
+    assert window_from(sigs, cluster="c", job_id="7", now=T0) is None
