@@ -8,9 +8,9 @@ rules of the rounds before it, and only then were rules written for its misses
 - round 2 (46 cases): 25, 32, 41 blind; 31, 37, 41 after;
 - round 3 (45 cases): 19, 26, 37 blind; 23, 29, 38 after;
 - round 4 (45 cases): 19, 22, 34 blind; 22, 22, 36 after.
-After that: category 103, restartable 116, isolate 155; with five rules for formats no rule knew
-(2026-12-01, tests/corpus/README.md): category 108, restartable 120, isolate 156; with lead hints
-(docs/rules.md): category 110. The floors sit
+After that: category 103, restartable 116, isolate 155; with six rules for formats no rule knew
+and lead hints (2026-12-01, tests/corpus/README.md, docs/rules.md): category 111, restartable 120,
+isolate 156. The floors sit
 just under that; raise them when attribution improves.
 """
 
@@ -39,7 +39,7 @@ def test_the_thread_set_is_178_cases_apart_from_the_given_corpus(outcomes):
 
 
 def test_category_accuracy_stays_above_its_floor(outcomes):
-    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.61, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.62, table(outcomes)
 
 
 def test_gpu_faults_are_recognised(outcomes):
