@@ -631,11 +631,14 @@ def attribute(
             )
         )
 
-    evidence = [evidence_of(root)]
-    for tally in window.tallies.values():
-        evidence.extend(evidence_of(s) for s in tally.samples[:2])
-    evidence.extend(evidence_of(s) for s in window.roots if s.signal_id != root.signal_id)
-    evidence = evidence[:MAX_EVIDENCE]
+    # The root first, then each tally's first samples and the other candidates; a root that stands
+    # in from a tally (a cascade, a lead) is that tally's first sample, listed once.
+    evidence: list[Evidence] = []
+    listed: set[str] = set()
+    for s in (root, *(s for t in window.tallies.values() for s in t.samples[:2]), *window.roots):
+        if s.signal_id not in listed and len(evidence) < MAX_EVIDENCE:
+            listed.add(s.signal_id)
+            evidence.append(evidence_of(s))
 
     kinds = {root.source.kind}
     kinds.update(s.source.kind for t in window.tallies.values() for s in t.samples)

@@ -91,3 +91,11 @@ def test_among_lines_of_one_timestamp_the_timeout_leads_whatever_the_ids_say():
         assert window is not None
         v = attribute(window, None)
         assert v is not None and v.root.rule == "nccl.watchdog_timeout"
+
+
+def test_a_root_standing_in_from_a_tally_is_listed_once_in_the_evidence():
+    v = verdict(nccl_timeout("gpu-01", 0, "7", T0))
+    assert [e.signal_id for e in v.evidence] == [v.root.signal_id]
+    v = verdict(kernel_xid("gpu-03", 79, T0), nccl_timeout("gpu-01", 0, "7", T0 + timedelta(seconds=5)))
+    ids = [e.signal_id for e in v.evidence]
+    assert ids[0] == v.root.signal_id and len(ids) == len(set(ids)) == 2
