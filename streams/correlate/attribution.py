@@ -20,6 +20,12 @@ host RAM nearly full, corrected DIMM errors, machine-check events) stands in wit
 its own category, the lowest confidence and nothing isolated. Only a finished log
 reaches that case: a hint opens no live window (the stream's node health weighs
 these signals instead).
+
+History and company change some codes' meaning (the rule's ``context``):
+``sympathetic`` codes (Xid 45, 141) step aside when another root exists;
+``recurrence`` codes (Xid 13, 31) that repeat on one GPU become a hardware
+fault of that GPU; a ``recovery_action`` (Xid 154) sets the isolation scope of
+the fault it accompanies.
 """
 
 from __future__ import annotations
@@ -234,10 +240,10 @@ def _pick_root(window: IncidentWindow) -> tuple[Signal, list[Signal], list[Signa
         root = min(roots, key=_root_key)
     else:
         heads = [t.samples[0] for t in window.tallies.values() if t.samples]
-        cascade_heads = [s for s in heads if s.role == Role.CASCADE] or [s for s in heads if is_lead(s)]
-        if not cascade_heads:
+        stand_ins = [s for s in heads if s.role == Role.CASCADE] or [s for s in heads if is_lead(s)]
+        if not stand_ins:
             return None
-        root = min(cascade_heads, key=_root_key)
+        root = min(stand_ins, key=_root_key)
     if root.context == "companion":
         root = _with_companion(root, window)
     return root, roots, demoted
