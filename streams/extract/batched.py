@@ -39,7 +39,7 @@ from schemas.signals import Signal
 from schemas.topics import extract_group
 from streams.extract.extractor import Extractor
 from streams.extract.quiet import RepeatQuieter
-from streams.extract.record import DESTINATIONS, Destination, extract_record, hold_job_signals
+from streams.extract.record import DESTINATIONS, Destination, extract_record, hold_job_signals, sends_nothing
 from streams.pipeline import key_str
 from streams.settings import Settings
 from streams.signal_batches import pack_node_partitions, pack_partitions
@@ -189,6 +189,8 @@ class BatchedExtract:
             tp = (m.topic() or self.source, m.partition() or 0)
             first.setdefault(tp, offset)
             last[tp] = offset
+            if not has_literal and sends_nothing(m.value() or b""):
+                continue
             self._extract(m, tp, offset, now, by_job, by_node, has_literal)
         self._produce_signals(by_job, by_node)
         self.records += len(msgs)

@@ -16,7 +16,7 @@ from streams.deadletters import dead_letter
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize_all, vet_without_lines
 from streams.extract.quiet import RepeatQuieter
-from streams.extract.telemetry import parse_metric
+from streams.extract.telemetry import looks_like_metric, parse_metric
 
 log = logging.getLogger("sickbay.extract")
 
@@ -71,6 +71,19 @@ def extract_record(
         log.exception("extract failed at %s/%s/%s", topic, partition, offset)
         letter = dead_letter("extract", "extractor_error", repr(exc), value, key, topic, partition, offset)
     return [Outgoing("dlq", b"extract", letter)]
+
+
+def sends_nothing(value: bytes) -> bool:
+    """True for a record in whose bytes no rule literal occurs (``Prefilter.records_with_literals``)
+    and that :func:`extract_record` would send nothing for: no metric event, and a record the
+    checks of ``vet_without_lines`` pass. Most of a fleet's records are such; the batched stage
+    skips the full call for them (``extract_record`` would decide the same after more work).
+    False where anything is left to decide, a bad record included: the full call dead-letters it
+    with the reason."""
+    try:
+        return not looks_like_metric(value) and vet_without_lines(value)
+    except Exception:  # the full call decides (and dead-letters) the same record
+        return False
 
 
 def hold_job_signals(

@@ -15,7 +15,7 @@ from schemas import codec
 from streams.extract.extractor import Extractor
 from streams.extract.normalize import BadRecord, normalize_all, vet_without_lines
 from streams.extract.prefilter import Prefilter, available_backends
-from streams.extract.record import Outgoing, extract_record
+from streams.extract.record import Outgoing, extract_record, sends_nothing
 from streams.extract.rules import load_catalog
 from tests.unit.test_normalize import UNREADABLE
 
@@ -70,6 +70,43 @@ def test_records_without_a_literal_send_the_same_as_a_full_read():
         assert sent(fast) == sent(full), value
         skipped += not literal
     assert skipped > len(records) // 3  # most healthy chatter carries no literal
+
+
+def test_a_record_the_stage_skips_is_one_the_full_read_sends_nothing_for():
+    """The batched stage skips the full call for literal-free records ``sends_nothing`` vouches for:
+    each must be one the full read sends nothing for, and most of the healthy chatter must be such."""
+    records = simulated_records()
+    marked = CATALOG.prefilter.records_with_literals([v for _, v in records])
+    skipped = 0
+    for offset, ((key, value), literal) in enumerate(zip(records, marked, strict=True)):
+        if literal or not sends_nothing(value):
+            continue
+        assert extract_record(EX, value, key.decode(), "raw.logs", 0, offset, NOW) == [], value
+        skipped += 1
+    assert skipped > len(records) // 3
+
+
+@pytest.mark.parametrize(("raw", "reason"), UNREADABLE)
+def test_a_bad_record_is_left_to_the_full_read_that_dead_letters_it(raw, reason):
+    assert sends_nothing(raw) is False
+    (out,) = extract_record(EX, raw, None, "raw.logs", 0, 7, NOW, literal=False)
+    assert out.dest == "dlq" and out.value.reason == reason
+
+
+def test_a_metric_event_is_never_skipped():
+    metric = codec.dumps(
+        {
+            "name": "DCGM_FI_DEV_GPU_TEMP",
+            "kind": "absolute",
+            "tags": {"gpu": "0", "Hostname": "n1"},
+            "gauge": {"value": 71.0},
+            "timestamp": "2026-11-29T12:00:00Z",
+        }
+    )
+    assert sends_nothing(metric) is False
+    assert [o.dest for o in extract_record(EX, metric, "n1", "raw.logs", 0, 1, NOW, literal=False)] == [
+        "raw_telemetry"
+    ]
 
 
 @pytest.mark.parametrize(("raw", "reason"), UNREADABLE)
