@@ -12,7 +12,8 @@ In one run, on one fresh set of topics (``bench<time>.*``):
     (``signals.node``, ``topology.node``, ``signals.job``, ``incidents``): everything read was
     processed and every incident it caused was decided on.
 (b) **raw consume rate.** A bare confluent-kafka consumer reads the same ``raw.logs`` from the
-    start (batches of 1,000, values touched, nothing parsed): the ceiling (a) is compared with.
+    start (batches of 1,000, values touched, nothing parsed), ``--raw-reads`` times (3): the best
+    read is the ceiling (a) is compared with (one read swings 2x from minute to minute here).
 (c) **incident latency at a sustained rate.** With the worker still running and its state
     loaded, more background traffic and ``--latency-faults`` new fault scenarios are produced
     paced at ``--rate`` events/s for ``--seconds``; for each fault, the time from sending its
@@ -439,6 +440,9 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
     parser.add_argument("--latency-faults", type=int, default=35, help="fault scenarios in (c)")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument(
+        "--raw-reads", type=int, default=3, help="bare-consumer reads of (b); the best is the ratio's base"
+    )
+    parser.add_argument(
         "--extract-stage",
         choices=["batched", "agent"],
         default="batched",
@@ -456,6 +460,8 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
     )
     parser.add_argument("--note", default="", help="free text for the RESULTS.md row")
     args = parser.parse_args()
+    if args.raw_reads < 1:
+        parser.error("--raw-reads must be at least 1")
     # a SIGTERM (a CI timeout, kill) unwinds through the finally blocks: the worker is stopped and the
     # run's topics are dropped instead of a worker left running on its own
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -514,9 +520,18 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         "SICKBAY_EXTRACT_STAGE": args.extract_stage,
         "SICKBAY_EXTRACT_PROCESS": "false" if args.extract_thread else "true",
     }
-    # (b) first: the same bytes, a bare consumer, nothing else running
-    raw_rate = raw_consume_rate(bootstrap, cat.raw_logs.name, len(pre.records))
-    print(f"(b) raw confluent-kafka consume: {raw_rate:,.0f} records/s", file=sys.stderr)
+    # (b) first: the same bytes, a bare consumer, nothing else running. The best of a few reads: one
+    # read swings 2x from minute to minute on these machines (92-233 k/s seen), and the ceiling is what
+    # the worker is compared with, not a slow minute of the bare consumer.
+    raw_reads = [
+        raw_consume_rate(bootstrap, cat.raw_logs.name, len(pre.records)) for _ in range(args.raw_reads)
+    ]
+    raw_rate = max(raw_reads)
+    print(
+        f"(b) raw confluent-kafka consume: {raw_rate:,.0f} records/s "
+        f"(best of {len(raw_reads)}: {', '.join(f'{r:,.0f}' for r in raw_reads)})",
+        file=sys.stderr,
+    )
 
     overrides = {k: json.loads(v) for k, _, v in (o.partition("=") for o in args.faust)}
     worker = Worker(env, workdir / "worker.log", overrides)
@@ -587,6 +602,7 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
     result = {
         "events_per_s": round(e2e),
         "raw_consume_per_s": round(raw_rate),
+        "raw_consume_reads": [round(r) for r in raw_reads],
         "ratio": round(e2e / raw_rate, 4) if raw_rate else None,
         "latency_p50_s": round(p50, 3) if p50 is not None else None,
         "latency_p99_s": round(p99, 3) if p99 is not None else None,
