@@ -191,7 +191,9 @@ class BatchedExtract:
             last[tp] = offset
             if not has_literal and sends_nothing(m.value() or b""):
                 continue
-            self._extract(m, tp, offset, now, by_job, by_node, has_literal)
+            # read whole, a literal-free record ``sends_nothing`` could not vouch for too (checking
+            # it again inside ``extract_record`` would repeat the JSON load and the model)
+            self._extract(m, tp, offset, now, by_job, by_node)
         self._produce_signals(by_job, by_node)
         self.records += len(msgs)
         self._settle(first, last)
@@ -205,7 +207,6 @@ class BatchedExtract:
         now: Any,
         by_job: dict[bytes, list[Signal]],
         by_node: dict[bytes, list[Signal]],
-        literal: bool,
     ) -> None:
         """Job signals and node facts wait for the end of the batch (``_produce_signals``); the rest
         go now."""
@@ -218,7 +219,6 @@ class BatchedExtract:
             offset,
             now,
             self.quieter,
-            literal=literal,
         )
         for out in hold_job_signals(outs, by_job, by_node):
             self._produce(self.topics[out.dest], out.key, codec.dumps(out.value))

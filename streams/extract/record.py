@@ -49,12 +49,12 @@ def extract_record(
     bug → one dead letter with the reason. Never raises: a bad record must not stop the stream.
     With a ``quieter``, repeats of a quiet rule's fact are not sent (``quiet.py``). ``literal=False``
     says no rule literal occurs in the record's bytes (a batch scan found none): it is then only
-    checked, not read into lines, where the bytes can vouch for them (``vet_without_lines``)."""
+    checked, not read into lines, where the bytes can vouch for them (:func:`sends_nothing`)."""
+    if not literal and sends_nothing(value):
+        return []
     try:
         if (sample := parse_metric(value, key_host=key)) is not None:  # Vector metric event
             return [Outgoing("raw_telemetry", sample.node.encode(), sample)]
-        if not literal and vet_without_lines(value):
-            return []
         out: list[Outgoing] = []
         for i, line in enumerate(normalize_all(value, key_host=key)):
             for sig in extractor.extract(line, now, Position(topic, partition, offset, index=i)):
@@ -77,9 +77,8 @@ def sends_nothing(value: bytes) -> bool:
     """True for a record in whose bytes no rule literal occurs (``Prefilter.records_with_literals``)
     and that :func:`extract_record` would send nothing for: no metric event, and a record the
     checks of ``vet_without_lines`` pass. Most of a fleet's records are such; the batched stage
-    skips the full call for them (``extract_record`` would decide the same after more work).
-    False where anything is left to decide, a bad record included: the full call dead-letters it
-    with the reason."""
+    asks before the full call and skips it for them. False where anything is left to decide, a bad
+    record included: the full read then decides, and dead-letters it with the reason."""
     try:
         return not looks_like_metric(value) and vet_without_lines(value)
     except Exception:  # the full call decides (and dead-letters) the same record
