@@ -25,6 +25,9 @@ dev-up: venv ## Start real Kafka (KRaft) and Slurm (slurmctld + 4 slurmd), creat
 dev-down: ## Stop the local stack
 	SICKBAY_PYTHON=$(PY) bash deploy/local/stack.sh down
 
+kafka-up: venv ## Start only the local Kafka broker (KRaft; jars cached); the broker benchmarks need no more
+	bash deploy/local/kafka.sh up
+
 kube-up: ## Start a real kube-apiserver + etcd (builds kube-apiserver once, cached in ~/.cache/sickbay/kube)
 	bash deploy/local/kube.sh up
 
@@ -64,7 +67,7 @@ clean: ## Remove the venv and local state (keeps the download cache)
 	-bash deploy/local/stack.sh down
 	rm -rf $(VENV) .cache/stack
 
-.PHONY: help venv dev-up dev-down kube-up kube-down dev-status demo demo-k8s test test-unit lint bench bench-extract clean
+.PHONY: help venv dev-up dev-down kafka-up kube-up kube-down dev-status demo demo-k8s test test-unit lint bench bench-extract clean
 
 SCORE_ARGS ?=
 score: venv ## Scoreboard: 1,000 seeded simulator scenarios through diagnose and the stream (RESULTS.md)
@@ -83,13 +86,13 @@ bench-act: dev-up ## Incident -> action on real Slurm: act p50/p99 and reconcili
 
 .PHONY: bench-act
 
-bench-collect: venv ## Collector throughput: files → real Kafka, side by side with bare confluent-kafka (RESULTS.md)
+bench-collect: kafka-up ## Collector throughput: files → real Kafka, side by side with bare confluent-kafka (RESULTS.md)
 	$(PY) -m benchmarks.bench_collect
 
 .PHONY: bench-collect
 
 BENCH_STREAM_ARGS ?=
-bench-stream: venv ## One Faust worker end to end: events/s vs raw consume, latency at 10k/s, RSS (RESULTS.md)
+bench-stream: kafka-up ## One Faust worker end to end: events/s vs raw consume, latency at 10k/s, RSS (RESULTS.md)
 	$(PY) -m benchmarks.bench_stream $(BENCH_STREAM_ARGS)
 
 .PHONY: bench-stream

@@ -22,7 +22,9 @@ In one run, on one fresh set of topics (``bench<time>.*``):
     ``--nodes`` nodes and ``--jobs`` jobs (node → jobs, job topology, incident windows).
 
 "The worker" is the worker process and the processes it starts (its extract process,
-``streams/extract/process.py``): CPU seconds and RSS are summed over all of them.
+``streams/extract/process.py``): CPU seconds and RSS are summed over all of them. With the local
+stack's broker, (a) also prints the broker's CPU seconds (``broker_cpu_s``): on two cores, what the
+broker takes is what the worker's processes do not get.
 
 The last line printed is one JSON object: ``events_per_s``, ``raw_consume_per_s``, ``ratio``
 (a / b), ``latency_p50_s``, ``latency_p99_s``, ``rss_mb`` (plus a few context fields). A row
@@ -422,6 +424,18 @@ def paced(bootstrap: str, topic: str, mix: Mix, rate: float) -> tuple[dict[str, 
     return p2, len(recs) / elapsed if elapsed > 0 else 0.0
 
 
+def broker_cpu_s() -> float | None:
+    """CPU seconds of the local stack's broker (``deploy/local/kafka.sh``'s pid file), or None for a
+    broker elsewhere: on two cores the broker's share is what the worker's processes do not get."""
+    stack = Path(os.environ.get("SICKBAY_STACK_DIR", REPO_ROOT / ".cache" / "stack"))
+    try:
+        pid = int((stack / "kafka" / "run" / "kafka.pid").read_text().strip())
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError):
+        return None
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -473,7 +487,7 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
     try:
         wait_for_broker(bootstrap, 20)
     except Exception as exc:
-        print(f"no Kafka at {bootstrap} ({exc}); start it with `make dev-up`", file=sys.stderr)
+        print(f"no Kafka at {bootstrap} ({exc}); start it with `make kafka-up`", file=sys.stderr)
         return 2
     run = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
     prefix = f"bench{run}"
@@ -539,6 +553,7 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
     try:
         worker.wait_ready()
         t_ready, cpu_ready, by_process = time.monotonic(), worker.cpu_s(), worker.cpu_by_process()
+        broker_ready = broker_cpu_s()
         reader.start()
         stages = [
             cat.raw_logs.name,
@@ -553,6 +568,8 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         hops: list[float] = []
         t_done = wait_caught_up(bootstrap, owners, stages, args.partitions, 1800, hops)
         cpu_a = worker.cpu_s() - cpu_ready
+        broker_now = broker_cpu_s()
+        broker_a = broker_now - broker_ready if broker_now is not None and broker_ready is not None else None
         e2e = len(pre.records) / (t_done - t_ready)
         seen_a = sum(1 for f in pre.faults if any(j == f.job_id for j, _ in reader.first))
         print(
@@ -564,7 +581,8 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         spent = [(pid, t - by_process.get(pid, 0.0)) for pid, t in worker.cpu_by_process().items()]
         print(
             "(a) CPU by process: "
-            + ", ".join(f"{'worker' if pid == worker.proc.pid else pid} {t:.1f}s" for pid, t in spent),
+            + ", ".join(f"{'worker' if pid == worker.proc.pid else pid} {t:.1f}s" for pid, t in spent)
+            + (f"; the local broker {broker_a:.1f}s" if broker_a is not None else ""),
             file=sys.stderr,
         )
         print(
@@ -609,6 +627,7 @@ def main() -> int:  # noqa: PLR0915 - one run, phases in order
         "rss_mb": round(rss),
         "rss_peak_mb": round(hwm),
         "events_per_cpu_s": round(len(pre.records) / cpu_a),
+        "broker_cpu_s": round(broker_a, 1) if broker_a is not None else None,
         "records": len(pre.records),
         "paced_rate": args.rate,
         "paced_achieved": round(achieved),
