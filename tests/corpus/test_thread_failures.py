@@ -1,17 +1,18 @@
-"""``sickbay diagnose`` on 178 more real failure logs from public threads (thread-failures.jsonl).
+"""``sickbay diagnose`` on 211 more real failure logs from public threads (thread-failures.jsonl).
 
-Collected on 2026-11-30 in four rounds from public threads the 82-case corpus does not use,
-labelled by the same conventions (tests/corpus/README.md). Each round was read blind first, with the
-rules of the rounds before it, and only then were rules written for its misses
-(category / restartable / isolate right):
+Collected on 2026-11-30 in four rounds and on 2026-12-01 in a fifth, from public threads the
+82-case corpus does not use, labelled by the same conventions (tests/corpus/README.md). Each round
+was read blind first, with the rules of the rounds before it, and only then were rules written for
+its misses (category / restartable / isolate right):
 - round 1 (42 cases): 16, 27, 33 blind; 27, 28, 40 after its rules;
 - round 2 (46 cases): 25, 32, 41 blind; 31, 37, 41 after;
 - round 3 (45 cases): 19, 26, 37 blind; 23, 29, 38 after;
-- round 4 (45 cases): 19, 22, 34 blind; 22, 22, 36 after.
-After that: category 103, restartable 116, isolate 155; with six rules for formats no rule knew
+- round 4 (45 cases): 19, 22, 34 blind; 22, 22, 36 after;
+- round 5 (33 cases): 15, 15, 27 blind; 19, 19, 28 after.
+After round 4: category 103, restartable 116, isolate 155; with six rules for formats no rule knew
 and lead hints (2026-12-01, tests/corpus/README.md, docs/rules.md): category 111, restartable 120,
-isolate 156. The floors sit
-just under that; raise them when attribution improves.
+isolate 156. With round 5's rules the first 178 read 114 / 124 / 157, and all 211 read
+133 / 143 / 185. The floors sit just under that; raise them when attribution improves.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[Outcome]:
     return score(Path(tmp_path_factory.mktemp("threads")), THREADS)
 
 
-def test_the_thread_set_is_178_cases_apart_from_the_given_corpus(outcomes):
+def test_the_thread_set_is_211_cases_apart_from_the_given_corpus(outcomes):
     from schemas import codec
     from tests.corpus.scoring import CORPUS
 
     given = {codec.loads(line)["source_url"] for line in CORPUS.read_text().splitlines()}
     threads = [codec.loads(line) for line in THREADS.read_text().splitlines()]
-    assert len(outcomes) == len(threads) == 178
+    assert len(outcomes) == len(threads) == 211
     assert not given & {t["source_url"] for t in threads}
 
 
@@ -44,7 +45,7 @@ def test_category_accuracy_stays_above_its_floor(outcomes):
 
 def test_gpu_faults_are_recognised(outcomes):
     gpu = [o for o in outcomes if o.want_category == "hardware_gpu"]
-    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.64, table(outcomes)
+    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.68, table(outcomes)
 
 
 def test_restartability_stays_above_its_floor(outcomes):

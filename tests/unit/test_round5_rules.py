@@ -1,0 +1,93 @@
+"""The verdicts behind round 5's rules (tests/corpus/README.md): each rule's own examples sit beside
+it in the catalog; these pin what attribution makes of the lines together, as real logs show them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from schemas.incidents import Category
+from streams.correlate.attribution import attribute
+from streams.correlate.correlator import window_from
+from tests.factories import T0, job_output, one
+
+SIGKILLED = (
+    "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 "
+    "(pid: 2410412) of binary: /data/zjt/anaconda3/envs/cai/bin/python"
+)
+CLOSING = (
+    "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 2410413 closing signal SIGTERM"
+)
+EXIT_1 = (
+    "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 "
+    "(pid: 1234) of binary: /usr/bin/python3"
+)
+CUDA_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+BUSY = "'CUDA-capable device(s) is/are busy or unavailable'"
+RESET = (
+    " [Sun Jan 11 09:52:01 2026] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required "
+    "[NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874 "
+)
+UCX_BUS = "[8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)"
+CHILD_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"
+TOPO = "2a8874e7d1e6:2196:2275 [1] graph/xml.h:101 NCCL WARN Attribute arch of node cpu not found"
+
+
+def _verdict(*lines: str):
+    signals = [
+        one(job_output("gpu-01", "7", T0 + timedelta(seconds=i), line), offset=i).model_copy(
+            update={"job_id": "7"}
+        )
+        for i, line in enumerate(lines)
+    ]
+    window = window_from(signals, cluster="c", job_id="7", now=T0)
+    assert window is not None
+    verdict = attribute(window, None)
+    assert verdict is not None
+    return verdict
+
+
+def test_a_worker_sigkilled_with_nothing_else_said_reads_as_outgrowing_host_memory():
+    v = _verdict(CLOSING, SIGKILLED)
+    assert (v.root.rule, v.category, v.restartable, v.isolate) == (
+        "framework.elastic_worker_failed",
+        Category.APPLICATION,
+        False,
+        [],
+    )
+
+
+def test_a_specific_root_beats_the_sigkill_of_a_worker():
+    v = _verdict(CUDA_OOM, CLOSING, SIGKILLED)
+    assert v.root.rule != "framework.elastic_worker_failed"
+    assert v.category == Category.APPLICATION
+
+
+def test_other_exit_codes_stay_a_cascade():
+    v = _verdict(CLOSING, EXIT_1)
+    assert v.category == Category.UNKNOWN
+    assert v.restartable is True
+
+
+def test_a_gpu_that_needs_a_reset_explains_the_busy_device_printed_before_it():
+    v = _verdict(BUSY, RESET)
+    assert (v.root.rule, v.category) == ("gpu.reset_required", Category.HARDWARE_GPU)
+    assert v.isolate  # the node, as the rule says
+
+
+def test_ucx_bus_error_in_a_container_is_the_shared_memory_limit():
+    v = _verdict(UCX_BUS, CHILD_FAILED)
+    assert (v.root.rule, v.category, v.restartable) == (
+        "framework.native_crash",
+        Category.INFRASTRUCTURE,
+        False,
+    )
+
+
+def test_an_nccl_topology_attribute_missing_is_system_software_not_worth_a_restart():
+    v = _verdict(TOPO)
+    assert (v.root.rule, v.category, v.restartable, v.isolate) == (
+        "nccl.topo_attribute_missing",
+        Category.SYSTEM_SOFTWARE,
+        False,
+        [],
+    )
