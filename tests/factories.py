@@ -128,6 +128,19 @@ def one(raw: bytes, **kw: object) -> Signal:
     return out[0]
 
 
+def verdict(*raws: bytes) -> Any:
+    """The attribution of one job's window ("7") holding one signal of each raw record, in order."""
+    from streams.correlate.attribution import attribute
+    from streams.correlate.correlator import window_from
+
+    sigs = [one(r, offset=i).model_copy(update={"job_id": "7"}) for i, r in enumerate(raws)]
+    window = window_from(sigs, cluster="c", job_id="7", now=T0)
+    assert window is not None
+    v = attribute(window, None)
+    assert v is not None
+    return v
+
+
 def slurm_action(
     kind: ActionKind, *, dry_run: bool = False, reason: str = "sickbay: test", **fields: Any
 ) -> Action:

@@ -7,18 +7,9 @@ from datetime import timedelta
 from schemas.incidents import Category
 from streams.correlate.attribution import attribute
 from streams.correlate.correlator import window_from
-from tests.factories import T0, cuda_error, job_output, kernel_xid, nccl_timeout, one
+from tests.factories import T0, cuda_error, job_output, kernel_xid, nccl_timeout, one, verdict
 
 XID13 = "Graphics SM Warp Exception on (GPC 1, TPC 3, SM 0): Out Of Range Address"
-
-
-def verdict(*raws: bytes):
-    signals = [one(r, offset=i).model_copy(update={"job_id": "7"}) for i, r in enumerate(raws)]
-    window = window_from(signals, cluster="c", job_id="7", now=T0)
-    assert window is not None
-    v = attribute(window, None)
-    assert v is not None
-    return v
 
 
 def test_a_sympathetic_xid45_steps_aside_for_the_fault_it_follows():

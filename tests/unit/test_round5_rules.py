@@ -6,9 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from schemas.incidents import Category
-from streams.correlate.attribution import attribute
-from streams.correlate.correlator import window_from
-from tests.factories import T0, job_output, one
+from tests.factories import T0, job_output, verdict
 
 SIGKILLED = (
     "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 "
@@ -33,17 +31,9 @@ TOPO = "2a8874e7d1e6:2196:2275 [1] graph/xml.h:101 NCCL WARN Attribute arch of n
 
 
 def _verdict(*lines: str):
-    signals = [
-        one(job_output("gpu-01", "7", T0 + timedelta(seconds=i), line), offset=i).model_copy(
-            update={"job_id": "7"}
-        )
-        for i, line in enumerate(lines)
-    ]
-    window = window_from(signals, cluster="c", job_id="7", now=T0)
-    assert window is not None
-    verdict = attribute(window, None)
-    assert verdict is not None
-    return verdict
+    return verdict(
+        *(job_output("gpu-01", "7", T0 + timedelta(seconds=i), line) for i, line in enumerate(lines))
+    )
 
 
 def test_a_worker_sigkilled_with_nothing_else_said_reads_as_outgrowing_host_memory():
