@@ -18,9 +18,10 @@ from streams.correlate.correlator import apply_topology, window_from
 from streams.correlate.progress import JOB_STARTING_RULES, is_checkpoint_save
 from streams.correlate.restarts import failure_of, repeated
 from streams.correlate.state import RANK_PLACEMENT_RULE, PastFailure, placements
-from streams.diagnose.reader import MAX_LINE_BYTES, RawLine, ReadReport, read_chunks
+from streams.diagnose.reader import MAX_LINE_BYTES, Chunk, RawLine, ReadReport, read_chunks
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize
+from streams.extract.prefilter import newline_offsets
 from streams.extract.rules import Catalog
 
 # Node-local logs collected per host (``<host>/kern.log``, ``nodes/<host>/dmesg.txt``, a sosreport's
@@ -96,6 +97,12 @@ def _log_line(raw: RawLine) -> LogLine:
     return LogLine(text=text.decode("utf-8", errors="replace"), adapter="plain", file=raw.source)
 
 
+# A hard-wrapped line: every piece but the last is as long as the terminal was wide (shorter pieces
+# are lines of their own), and one line is rarely wrapped more than a few times.
+WRAP_MIN_WIDTH = 60
+WRAP_MAX_PIECES = 4
+
+
 class Diagnoser:
     """Scans inputs in large chunks: one multi-literal pass finds the few lines a rule can match,
     and only those are decoded, normalised and run through the rules."""
@@ -117,6 +124,8 @@ class Diagnoser:
             if b"host" in chunk.data:
                 last_host = self._blocks(chunk.data, last_host, rank_hosts)
             hits, _ = self.prefilter.chunk_hits(chunk.data)
+            rules_at: dict[int, set[str]] = {}
+            unread: list[int] = []  # lines (from 0, in the chunk) of wrap width: a literal, no rule matched
             for hit in hits:
                 if len(hit.line) > MAX_LINE_BYTES:
                     report.skipped_long += 1
@@ -129,7 +138,13 @@ class Diagnoser:
                 # Lines without a time of their own keep their order in the input.
                 observed = now + timedelta(microseconds=len(signals) + number)
                 extractor = self.prefilter.extractor_for(hit.literals)
-                signals.extend(extractor.extract(line, observed, Position(file=chunk.source, line=number)))
+                found = extractor.extract(line, observed, Position(file=chunk.source, line=number))
+                if found:
+                    rules_at[number] = {s.rule for s in found}
+                    signals.extend(found)
+                elif len(hit.line) >= WRAP_MIN_WIDTH:
+                    unread.append(hit.number)
+            self._unwrapped(chunk, rules_at, unread, now, signals)
         if progress is not None:
             progress(report)
         file_hosts: dict[str, str | None] = {}
@@ -147,6 +162,57 @@ class Diagnoser:
         if verdict is not None:
             verdict = restart_loop(verdict, signals)
         return Diagnosis(verdict=verdict, signals=signals, report=report, rank_hosts=rank_hosts)
+
+    def _unwrapped(
+        self,
+        chunk: Chunk,
+        rules_at: dict[int, set[str]],
+        unread: list[int],
+        now: datetime,
+        signals: list[Signal],
+    ) -> None:
+        """Lines a terminal or a pasted log hard-wrapped, read joined again. A wrap is suspected where
+        a rule's literal runs from one line into the next (``Prefilter.wrapped_lines``), or where a
+        line as long as a wrapped piece holds a literal but no rule matched it (the pattern may go on
+        in the next line). The pieces of that wrapped line (the lines of its width before it, the
+        lines of its width after it, and the next one) are joined and read; what the joined line says
+        that none of its pieces did is added, numbered as its first piece. Real logs pasted into
+        threads wrap NCCL's watchdog lines, XLA's out-of-memory line and Horovod's shutdown notice
+        this way."""
+        data = chunk.data
+        ends = newline_offsets(data)
+        breaks = sorted({*self.prefilter.wrapped_lines(data, ends), *unread})
+        if not breaks:
+            return
+        count = len(ends) + 1  # the last line has no newline after it (it may be empty)
+
+        def line_at(i: int) -> bytes:
+            return data[ends[i - 1] + 1 if i else 0 : ends[i] if i < len(ends) else len(data)].rstrip(b"\r")
+
+        done: set[int] = set()
+        for k in breaks:
+            width = len(line_at(k))
+            if width < WRAP_MIN_WIDTH or k + 1 >= count:
+                continue
+            first = k
+            while first > 0 and k - first < WRAP_MAX_PIECES - 2 and len(line_at(first - 1)) == width:
+                first -= 1
+            last = k + 1
+            while last + 1 < count and last - first < WRAP_MAX_PIECES - 1 and len(line_at(last)) == width:
+                last += 1
+            if first in done:
+                continue
+            done.add(first)
+            text = b"".join(line_at(i) for i in range(first, last + 1))
+            if len(text) > MAX_LINE_BYTES or b"\x00" in text:
+                continue
+            number = chunk.first + first
+            known = set().union(*(rules_at.get(chunk.first + i, set()) for i in range(first, last + 1)))
+            line = _log_line(RawLine(chunk.source, number, text))
+            observed = now + timedelta(microseconds=len(signals) + number)
+            extractor = self.prefilter.extractor_for(self.prefilter.literal_ids(text))
+            found = extractor.extract(line, observed, Position(file=chunk.source, line=number))
+            signals.extend(s for s in found if s.rule not in known)
 
     @staticmethod
     def _blocks(data: bytes, last_host: str | None, rank_hosts: dict[int, str]) -> str | None:

@@ -245,6 +245,41 @@ class Prefilter:
             add(Hit(index, bytes(buf[start:end]), ids))
         return hits, count(b"\n", 0, n)
 
+    def wrapped_lines(self, buf: bytes, ends: list[int] | None = None) -> list[int]:
+        """Indices (from 0, in ``buf``) of the lines a literal runs on from into the next line once
+        the newline between them is taken out: a terminal or a pasted log hard-wrapped the line it is
+        in ("... [Rank 2] Watchdog caught " / "collective operation timeout: ..."). One more scan of
+        the chunk with its newlines removed; a literal wholly inside one line is not reported (the
+        usual scan has it). ``ends``: ``newline_offsets(buf)``, when the caller has them."""
+        if b"\n" not in buf:
+            return []
+        joined = buf.replace(b"\n", b"")
+        ends = newline_offsets(buf) if ends is None else ends
+        # where the newline after line k stood in ``joined``
+        if _np is not None:
+            cuts: list[int] = (_np.asarray(ends, dtype=_np.int64) - _np.arange(len(ends))).tolist()
+        else:
+            cuts = [end - k for k, end in enumerate(ends)]
+        found: set[int] = set()
+
+        def spanning(start: int, end: int) -> None:
+            k = bisect_right(cuts, start)  # the first cut after the literal's first byte
+            if k < len(cuts) and cuts[k] < end:
+                found.add(k)
+
+        if self.backend == "hyperscan":
+            blits = self._blits
+
+            def on_match(lit: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+                spanning(end - len(blits[lit]), end)
+
+            self._db.scan(joined, match_event_handler=on_match, scratch=self._scratch)
+        else:
+            for rx in self._rxs:
+                for m in rx.finditer(joined):
+                    spanning(m.start(), m.end())
+        return sorted(found)
+
     def literal_ids(self, data: bytes) -> tuple[int, ...]:
         """Ids of the literals anywhere in ``data`` (one record or line), ascending; () for none."""
         lines = self._lines(data, len(data))
@@ -301,6 +336,18 @@ class Prefilter:
         must be the start of a line and ``first_line`` its number.
         """
         return FileScan(self, Path(path), chunk_size, start, end, first_line)
+
+
+def newline_offsets(buf: bytes) -> list[int]:
+    """The offset of every newline in ``buf``, in order (NumPy when it is there)."""
+    if _np is not None:
+        offsets: list[int] = _np.flatnonzero(_np.frombuffer(buf, dtype=_np.uint8) == NL).tolist()
+        return offsets
+    out, i = [], buf.find(b"\n")
+    while i >= 0:
+        out.append(i)
+        i = buf.find(b"\n", i + 1)
+    return out
 
 
 def _open(path: Path) -> Any:

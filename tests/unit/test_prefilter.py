@@ -181,3 +181,14 @@ def test_the_narrowed_extractor_gives_the_full_catalogs_signals():
     for i, line in enumerate(lines):
         if i not in passed:
             assert full.extract(LogLine(text=line, adapter="plain"), NOW) == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wrapped_lines_names_the_line_a_literal_runs_on_from(backend, numpy_or_not):
+    pf = Prefilter(["Watchdog caught collective", "xyz"], backend)
+    text = b"first line\n[Rank 2] Watchdog caught \ncollective operation timeout\nxyz whole\nx\nyz\n"
+    # line 1 ends inside the first literal; "xyz" on line 3 is whole (the usual scan has it), and
+    # "x" / "yz" (lines 4, 5) join into a literal too: the caller decides whether that is a wrap
+    assert pf.wrapped_lines(text) == [1, 4]
+    assert pf.wrapped_lines(b"no newline at all Watchdog caught collective") == []
+    assert pf.wrapped_lines(b"Watchdog caught collective\nxyz\n") == []
