@@ -192,7 +192,8 @@ class Diagnoser:
         done: set[int] = set()
         for k in breaks:
             width = len(line_at(k))
-            if width < WRAP_MIN_WIDTH or k + 1 >= count:
+            # a wrapped line's pieces are as long as the terminal was wide, the last one no longer
+            if width < WRAP_MIN_WIDTH or k + 1 >= count or len(line_at(k + 1)) > width:
                 continue
             first = k
             while first > 0 and k - first < WRAP_MAX_PIECES - 2 and len(line_at(first - 1)) == width:

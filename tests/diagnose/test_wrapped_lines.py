@@ -51,3 +51,10 @@ def test_short_lines_are_lines_of_their_own_not_pieces(tmp_path: Path):
         + "\ncollective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, Timeout(ms)=1) ran for 2 milliseconds"
     )
     assert not any(rule.startswith("nccl.watchdog") for rule, _ in _rules(tmp_path, text))
+
+
+def test_a_longer_next_line_is_a_line_of_its_own(tmp_path: Path):
+    # a wrapped line's last piece is never longer than the pieces before it
+    head, tail = WATCHDOG[:80], WATCHDOG[80:]
+    assert len(tail) > len(head)
+    assert not any(rule.startswith("nccl.watchdog") for rule, _ in _rules(tmp_path, head + "\n" + tail))
