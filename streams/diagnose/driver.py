@@ -199,7 +199,12 @@ class Diagnoser:
             while first > 0 and k - first < WRAP_MAX_PIECES - 2 and len(line_at(first - 1)) == width:
                 first -= 1
             last = k + 1
-            while last + 1 < count and last - first < WRAP_MAX_PIECES - 1 and len(line_at(last)) == width:
+            while (
+                last + 1 < count
+                and last - first < WRAP_MAX_PIECES - 1
+                and len(line_at(last)) == width
+                and len(line_at(last + 1)) <= width
+            ):
                 last += 1
             if first in done:
                 continue
