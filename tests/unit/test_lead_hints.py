@@ -8,7 +8,7 @@ from datetime import timedelta
 from schemas.incidents import Category
 from streams.correlate.attribution import attribute
 from streams.correlate.correlator import add_signal, window_from
-from tests.factories import T0, job_output, nccl_timeout, one
+from tests.factories import T0, job_output, nccl_timeout, one, signals
 
 HOST_RAM = (
     "[2023-04-20 19:03:19,581] [INFO] [utils.py:840:see_memory_usage] CPU Virtual Memory:  "
@@ -79,3 +79,22 @@ def test_a_missing_nccl_net_plugin_is_no_lead_because_healthy_clusters_print_it(
     sigs = _signals(line)
     assert sigs[0].rule == "nccl.net_plugin_missing"
     assert window_from(sigs, cluster="c", job_id="7", now=T0) is None
+
+
+def test_a_store_nobody_can_reach_is_an_infrastructure_lead_and_a_refused_one_is_nothing():
+    unreachable = (
+        "[W socket.cpp:663] [c10d] The client socket has failed to connect to "
+        "[::ffff:255.255.0.0]:29500 (errno: 110 - Connection timed out)."
+    )
+    window = window_from(_signals(unreachable), cluster="c", job_id="7", now=T0)
+    assert window is not None
+    v = attribute(window, None)
+    assert v is not None
+    assert (v.root.rule, v.category, v.restartable, v.isolate) == (
+        "infra.store_unreachable",
+        Category.INFRASTRUCTURE,
+        False,
+        [],
+    )
+    refused = unreachable.replace("110 - Connection timed out", "111 - Connection refused")
+    assert signals(job_output("gpu-01", "7", T0, refused), offset=0) == []  # the usual wait for rank 0
