@@ -1,5 +1,6 @@
-"""The verdicts behind round 5's rules (tests/corpus/README.md): each rule's own examples sit beside
-it in the catalog; these pin what attribution makes of the lines together, as real logs show them."""
+"""The verdicts behind the rules of the thread set's rounds 5 and 6 (tests/corpus/README.md): each
+rule's own examples sit beside it in the catalog; these pin what attribution makes of the lines
+together, as real logs show them."""
 
 from __future__ import annotations
 
@@ -81,3 +82,42 @@ def test_an_nccl_topology_attribute_missing_is_system_software_not_worth_a_resta
         False,
         [],
     )
+
+
+EFA_EQ = (
+    "Unable to write to EQ: Missing or unavailable event queue. err: Input/output error (5) "
+    "prov_errno: Unknown error -114 (-114) prov/rxr/src/rxr.h:1042 "
+)
+OFI_REQUEST = (
+    "nccl-tests-worker-1:35:89 [5] ofi_process_cq:1039 NCCL WARN NET/OFI Request 0x7fbb944701b8 completed "
+    "with error. RC: 20. Error: unknown error. Completed length: 0"
+)
+NCCL_CLASS_AND_DETAIL = (
+    "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1169, unhandled system error, NCCL "
+    "version 21.0.3 ncclSystemError: System call (socket, malloc, munmap, etc) failed."
+)
+
+
+def test_the_efa_providers_event_queue_failure_is_system_software_not_worth_a_restart():
+    v = _verdict(EFA_EQ)
+    assert (v.root.rule, v.category, v.restartable) == (
+        "network.efa_event_queue",
+        Category.SYSTEM_SOFTWARE,
+        False,
+    )
+
+
+def test_an_efa_request_error_is_a_cascade_that_keeps_the_job_restartable():
+    v = _verdict(OFI_REQUEST)
+    assert (v.root.rule, v.category, v.restartable, v.isolate) == (
+        "network.ofi_request_error",
+        Category.UNKNOWN,
+        True,
+        [],
+    )
+    assert _verdict(OFI_REQUEST, EFA_EQ).root.rule == "network.efa_event_queue"
+
+
+def test_an_nccl_error_class_printed_with_its_detail_is_read_by_the_class_rule():
+    v = _verdict(NCCL_CLASS_AND_DETAIL)
+    assert (v.root.rule, v.category) == ("nccl.system_error", Category.INFRASTRUCTURE)
