@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from schemas.incidents import Category
+from streams.correlate.attribution import Verdict
 from tests.factories import T0, job_output, verdict
 
 SIGKILLED = (
@@ -31,15 +32,20 @@ CHILD_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedErro
 TOPO = "2a8874e7d1e6:2196:2275 [1] graph/xml.h:101 NCCL WARN Attribute arch of node cpu not found"
 
 
-def _verdict(*lines: str):
+def _verdict(*lines: str) -> Verdict:
     return verdict(
         *(job_output("gpu-01", "7", T0 + timedelta(seconds=i), line) for i, line in enumerate(lines))
     )
 
 
+def _outcome(*lines: str) -> tuple[str, Category, bool, list[str]]:
+    """The root's rule, the category, restartable and what to isolate."""
+    v = _verdict(*lines)
+    return v.root.rule, v.category, v.restartable, v.isolate
+
+
 def test_a_worker_sigkilled_with_nothing_else_said_reads_as_outgrowing_host_memory():
-    v = _verdict(CLOSING, SIGKILLED)
-    assert (v.root.rule, v.category, v.restartable, v.isolate) == (
+    assert _outcome(CLOSING, SIGKILLED) == (
         "framework.elastic_worker_failed",
         Category.APPLICATION,
         False,
@@ -66,22 +72,11 @@ def test_a_gpu_that_needs_a_reset_explains_the_busy_device_printed_before_it():
 
 
 def test_ucx_bus_error_in_a_container_is_the_shared_memory_limit():
-    v = _verdict(UCX_BUS, CHILD_FAILED)
-    assert (v.root.rule, v.category, v.restartable) == (
-        "framework.native_crash",
-        Category.INFRASTRUCTURE,
-        False,
-    )
+    assert _outcome(UCX_BUS, CHILD_FAILED) == ("framework.native_crash", Category.INFRASTRUCTURE, False, [])
 
 
 def test_an_nccl_topology_attribute_missing_is_system_software_not_worth_a_restart():
-    v = _verdict(TOPO)
-    assert (v.root.rule, v.category, v.restartable, v.isolate) == (
-        "nccl.topo_attribute_missing",
-        Category.SYSTEM_SOFTWARE,
-        False,
-        [],
-    )
+    assert _outcome(TOPO) == ("nccl.topo_attribute_missing", Category.SYSTEM_SOFTWARE, False, [])
 
 
 EFA_EQ = (
@@ -99,22 +94,11 @@ NCCL_CLASS_AND_DETAIL = (
 
 
 def test_the_efa_providers_event_queue_failure_is_system_software_not_worth_a_restart():
-    v = _verdict(EFA_EQ)
-    assert (v.root.rule, v.category, v.restartable) == (
-        "network.efa_event_queue",
-        Category.SYSTEM_SOFTWARE,
-        False,
-    )
+    assert _outcome(EFA_EQ) == ("network.efa_event_queue", Category.SYSTEM_SOFTWARE, False, [])
 
 
 def test_an_efa_request_error_is_a_cascade_that_keeps_the_job_restartable():
-    v = _verdict(OFI_REQUEST)
-    assert (v.root.rule, v.category, v.restartable, v.isolate) == (
-        "network.ofi_request_error",
-        Category.UNKNOWN,
-        True,
-        [],
-    )
+    assert _outcome(OFI_REQUEST) == ("network.ofi_request_error", Category.UNKNOWN, True, [])
     assert _verdict(OFI_REQUEST, EFA_EQ).root.rule == "network.efa_event_queue"
 
 
