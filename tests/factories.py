@@ -10,6 +10,7 @@ from schemas import codec
 from schemas.actions import Action, ActionKind, Mode
 from schemas.base import utcnow
 from schemas.signals import AssignmentBatch, JobNodeAssignment, Signal
+from streams.correlate.attribution import Verdict, attribute
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import normalize
 
@@ -128,9 +129,8 @@ def one(raw: bytes, **kw: object) -> Signal:
     return out[0]
 
 
-def verdict(*raws: bytes) -> Any:
+def verdict(*raws: bytes) -> Verdict:
     """The attribution of one job's window ("7") holding one signal of each raw record, in order."""
-    from streams.correlate.attribution import attribute
     from streams.correlate.correlator import window_from
 
     sigs = [one(r, offset=i).model_copy(update={"job_id": "7"}) for i, r in enumerate(raws)]
