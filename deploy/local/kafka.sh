@@ -246,7 +246,10 @@ wait_ready() {
         if [[ -f "${SERVER_LOG}" ]]; then
             size="$(wc -c <"${SERVER_LOG}")"
             ((size >= offset)) || offset=0 # log rolled over meanwhile
-            if tail -c "+$((offset + 1))" "${SERVER_LOG}" | grep -q 'Kafka Server started' &&
+            # grep -c reads to the end: `grep -q` quits at the first match, and tail, with more of a
+            # long log to write (a data dir of many topics logs every partition it loads), then dies
+            # of SIGPIPE, which pipefail turns into "not started" until the start-up timeout.
+            if tail -c "+$((offset + 1))" "${SERVER_LOG}" | grep -c 'Kafka Server started' >/dev/null &&
                 port_open "${PORT}"; then
                 return 0
             fi
