@@ -164,6 +164,15 @@ app.main()
 """
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of one process (``/proc/<pid>/stat``), or None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Worker:
     def __init__(self, env: dict[str, str], log: Path, overrides: dict[str, Any]) -> None:
         self.log = log
@@ -207,11 +216,8 @@ class Worker:
         """CPU seconds per process of the worker (the worker's own pid first)."""
         out: dict[int, float] = {}
         for pid in self.pids():
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            out[pid] = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+            if (cpu := process_cpu_s(pid)) is not None:  # None: it ended between the listing and the read
+                out[pid] = cpu
         return out
 
     def rss_mb(self) -> tuple[float, float]:
@@ -430,10 +436,9 @@ def broker_cpu_s() -> float | None:
     stack = Path(os.environ.get("SICKBAY_STACK_DIR", REPO_ROOT / ".cache" / "stack"))
     try:
         pid = int((stack / "kafka" / "run" / "kafka.pid").read_text().strip())
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, ValueError):
         return None
-    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return process_cpu_s(pid)
 
 
 def _pct(values: list[float], q: float) -> float | None:
