@@ -146,12 +146,16 @@ def test_requeue_with_backoff_holds_the_restart_until_its_start_time(cli, job):
     assert state is not None
     eligible = datetime.fromisoformat(state["EligibleTime"]).replace(tzinfo=UTC)  # local time = UTC here
     assert eligible > datetime.now(UTC) + timedelta(seconds=60)
-    deadline = time.monotonic() + 30
-    while state.get("JobState") != "PENDING" and time.monotonic() < deadline:
+    # A requeued job is PENDING with Reason=None until slurmctld's scheduler next looks at it (at once on an
+    # idle host; CI, loaded, once read None). Wait for that look, but the job must never run meanwhile.
+    held = ("PENDING", "BeginTime")
+    deadline = time.monotonic() + 90
+    while (state.get("JobState"), state.get("Reason")) != held and time.monotonic() < deadline:
+        assert state.get("JobState") != "RUNNING", state
         time.sleep(0.2)
         _, state = cli.show("job", job)
         assert state is not None
-    assert (state["JobState"], state["Reason"]) == ("PENDING", "BeginTime")
+    assert (state["JobState"], state["Reason"]) == held
 
 
 def test_requeue_of_an_unknown_job_is_rejected_clearly(cli):
