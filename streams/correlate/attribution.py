@@ -182,10 +182,11 @@ UNKNOWN_NODE = "unknown-node"
 def _isolate(root: Signal) -> list[str]:
     """What to take out of service: ``node``, ``node:gpu``; when the logs never name the host,
     ``gpu:<pci>`` or ``unknown-node`` (an operator can act on it; the scheduler adapters cannot).
-    A ``link`` fault isolates its node only when that node's own kernel reported it."""
+    A ``link`` fault isolates only what its own kernel reported: the node, or the GPU when a pasted
+    kernel log never names its host."""
     if root.isolation == "none":
         return []
-    if root.isolation == "link" and (root.node is None or root.source.kind != "kernel"):
+    if root.isolation == "link" and root.source.kind != "kernel":
         # A link has two ends. A peer's complaint (NCCL's "error 12 from peer ...") does not say
         # which end is bad; only the node's own kernel reporting its NIC or link does.
         return []
