@@ -105,3 +105,42 @@ def test_an_efa_request_error_is_a_cascade_that_keeps_the_job_restartable():
 def test_an_nccl_error_class_printed_with_its_detail_is_read_by_the_class_rule():
     v = _verdict(NCCL_CLASS_AND_DETAIL)
     assert (v.root.rule, v.category) == ("nccl.system_error", Category.INFRASTRUCTURE)
+
+
+# Round 7 (tests/corpus/README.md).
+SRUN_REJECTED = "srun: error: Unable to create step for job xxxxx: Requested node configuration is not available"
+QP_ACCESS = (
+    "ubuntu20-server-2:94639:94647 [0] transport/net_ib.cc:100 NCCL WARN NET/IB : mlx5_0:1 Got async event : "
+    "local access violation work queue error"
+)
+FLUSHED = (
+    "ubuntu20-server-2:94639:94652 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+    "192.168.1.2<57888> with status=5 opcode=1 len=0 vendor err 249 (Recv) localGid fe80::e61d:2dff:fef2:9c94"
+)
+HCA_FATAL = (
+    "h100-28:238:1219 [0] transport/net_ib.cc:180 NCCL WARN NET/IB : mlx5_ib0:1 async fatal event: "
+    "local catastrophic error"
+)
+
+
+def test_a_request_slurm_cannot_satisfy_is_not_worth_a_restart():
+    assert _outcome(SRUN_REJECTED) == ("scheduler.slurm_request_rejected", Category.INFRASTRUCTURE, False, [])
+
+
+def test_a_queue_pair_access_violation_is_the_rdma_settings_and_explains_the_flushed_completions():
+    assert _outcome(QP_ACCESS, QP_ACCESS, FLUSHED) == (
+        "network.ib_async_event",
+        Category.INFRASTRUCTURE,
+        False,
+        [],
+    )
+
+
+def test_the_newer_fatal_event_form_of_an_hca_catastrophe_still_isolates_its_node():
+    rule, category, restartable, isolate = _outcome(HCA_FATAL)
+    assert (rule, category, restartable, isolate) == (
+        "network.ib_async_event",
+        Category.HARDWARE_NETWORK,
+        True,
+        ["gpu-01"],
+    )
