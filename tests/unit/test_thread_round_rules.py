@@ -108,7 +108,9 @@ def test_an_nccl_error_class_printed_with_its_detail_is_read_by_the_class_rule()
 
 
 # Round 7 (tests/corpus/README.md).
-SRUN_REJECTED = "srun: error: Unable to create step for job xxxxx: Requested node configuration is not available"
+SRUN_REJECTED = (
+    "srun: error: Unable to create step for job xxxxx: Requested node configuration is not available"
+)
 QP_ACCESS = (
     "ubuntu20-server-2:94639:94647 [0] transport/net_ib.cc:100 NCCL WARN NET/IB : mlx5_0:1 Got async event : "
     "local access violation work queue error"
