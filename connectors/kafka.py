@@ -395,6 +395,16 @@ class ReliableProducer:
     def queued(self) -> int:
         return len(self._producer)
 
+    def close(self, timeout_s: float = 10.0) -> int:
+        """Flush, then let go of librdkafka's handle at once; returns what the flush left unsent.
+
+        The handle's callbacks refer back to this object, so without it the handle's threads (and
+        their reconnect attempts to a broker that has gone) live on until the garbage collector
+        breaks the cycle. The producer is unusable afterwards."""
+        left = self.flush(timeout_s)
+        del self._producer
+        return left
+
     def flush(self, timeout_s: float = 30.0) -> int:
         """Wait for outstanding messages (and a spool replay); returns how many are neither
         delivered nor spooled (0 = nothing can be lost by exiting now)."""

@@ -40,6 +40,11 @@ class KafkaPublisher:
             if left or self._producer.failed > failed:
                 raise PublishError(self._producer.last_error or f"not delivered within {self.timeout_s:.0f}s")
 
+    def close(self) -> None:
+        """Let go of the producer (the API's shutdown, and tests that outlive their broker)."""
+        with self._lock:
+            self._producer.close(self.timeout_s)
+
     def ready(self) -> tuple[bool, str]:
         try:
             meta = admin(self.bootstrap).list_topics(timeout=2.0)

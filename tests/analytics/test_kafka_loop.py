@@ -35,7 +35,8 @@ def test_intents_published_by_the_api_come_back_through_the_sink(kafka_bootstrap
     insert_inventory(ch_client, fresh_db)
     store = Store(ch_client, fresh_db)
     config = ApiConfig(cluster="c1", default_mode=Mode.OBSERVE, topics=cat, token=SecretStr("t"))
-    api = TestClient(create_app(store, KafkaPublisher(kafka_bootstrap), config))
+    publisher = KafkaPublisher(kafka_bootstrap)
+    api = TestClient(create_app(store, publisher, config))
 
     assert api.get("/readyz").json()["checks"]["kafka"]["ok"] is True
     r = api.put(
@@ -47,6 +48,7 @@ def test_intents_published_by_the_api_come_back_through_the_sink(kafka_bootstrap
     r = api.post("/api/v1/nodes/gpu-02/isolate", json={"reason": "row remapping failures"}, headers=WRITE)
     assert r.status_code == 202, r.text
     action_id = r.json()["record"]["action_id"]
+    publisher.close()  # both intents are on the broker (the API answered 202 after its ack)
 
     stats = run_sink(
         kafka_bootstrap,

@@ -164,7 +164,7 @@ def test_run_sink_pauses_while_the_store_is_down_then_writes_everything_once_and
     for inc in fleet.incidents:
         producer.produce(cat.incidents.name, codec.dumps(inc), key=inc.job_id.encode())
     producer.produce(cat.incidents.name, b'{"incident_id": "broken"}', key=b"x")
-    assert producer.flush(30) == 0
+    assert producer.close(30) == 0
     flaky = FlakyClient(ch_client, failures=3)
     paused_seen = []
     stop = threading.Event()

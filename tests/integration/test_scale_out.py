@@ -184,6 +184,7 @@ def test_broker_loss_and_worker_kill9_lose_and_duplicate_no_incident(cluster, tm
         a.kill(signal.SIGKILL)
         b.kill(signal.SIGTERM)
         out.consumer.close()
+        producer.close(5)
         if broker_stopped:
             kc.start_broker(STOPPED_BROKER)
         delete_topics(bootstrap, cat)
