@@ -146,3 +146,51 @@ def test_the_newer_fatal_event_form_of_an_hca_catastrophe_still_isolates_its_nod
         True,
         ["gpu-01"],
     )
+
+
+# Round 8 (tests/corpus/README.md).
+FM_MISMATCH = (
+    "fabric manager NVIDIA GPU driver interface version 590.48.01 don't match with driver version 580.126.09."
+)
+FM_EXITED = (
+    "Jun 13 06:54:02 dgx-03 systemd[1]: nvidia-fabricmanager.service: Main process exited, code=exited, "
+    "status=1/FAILURE"
+)
+DCGM_FAIL = "|                           | Fail - GPU: 0                                  |"
+UNKNOWN_DEVICE = "nvidia-container-cli: device error: 4: unknown device"
+DRIVER_IN_IMAGE = (
+    "nvidia-container-cli: mount error: file creation failed: /var/lib/docker/overlay2/bd4f/merged/usr/bin/"
+    "nvidia-smi: file exists"
+)
+SLURMD_FATAL = "Feb 20 18:59:13 node2.int.rubberducky.calculquebec.cloud slurmd[57977]: fatal: gres.conf duplicate records for gpu"
+
+
+def test_fabric_manager_built_apart_from_the_driver_is_not_worth_a_restart_but_its_crash_is():
+    assert _outcome(FM_MISMATCH) == (
+        "gpu.fabric_manager_version_mismatch",
+        Category.SYSTEM_SOFTWARE,
+        False,
+        ["gpu-01"],
+    )
+    assert _outcome(FM_EXITED) == ("gpu.fabric_manager_failed", Category.SYSTEM_SOFTWARE, True, ["gpu-01"])
+
+
+def test_a_gpu_that_fails_dcgms_diagnostic_is_taken_out_alone():
+    assert _outcome(DCGM_FAIL) == ("gpu.dcgm_diag_failed", Category.HARDWARE_GPU, True, ["gpu-01:0"])
+
+
+def test_a_container_asking_for_a_gpu_the_node_lacks_is_the_jobs_configuration():
+    assert _outcome(UNKNOWN_DEVICE) == ("cuda.container_unknown_device", Category.INFRASTRUCTURE, False, [])
+
+
+def test_an_image_that_ships_driver_files_must_be_rebuilt():
+    assert _outcome(DRIVER_IN_IMAGE) == (
+        "cuda.container_driver_files_in_image",
+        Category.APPLICATION,
+        False,
+        [],
+    )
+
+
+def test_a_slurmd_that_will_not_start_is_the_nodes_configuration():
+    assert _outcome(SLURMD_FATAL) == ("scheduler.slurmd_fatal", Category.INFRASTRUCTURE, False, [])
