@@ -194,3 +194,14 @@ def test_an_image_that_ships_driver_files_must_be_rebuilt():
 
 def test_a_slurmd_that_will_not_start_is_the_nodes_configuration():
     assert _outcome(SLURMD_FATAL) == ("scheduler.slurmd_fatal", Category.INFRASTRUCTURE, False, [])
+
+
+# Round 9 (tests/corpus/README.md).
+XID_ELIDED = (
+    "kernel: NVRM: Xid (PCI:XXXX:XX:XX): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+)
+
+
+def test_an_xid_whose_poster_hid_the_address_still_reads_as_the_gpu_and_isolates_the_node():
+    rule, category, restartable, isolate = _outcome(XID_ELIDED)
+    assert (rule, category, restartable, isolate) == ("gpu.xid", Category.HARDWARE_GPU, True, ["gpu-01"])
