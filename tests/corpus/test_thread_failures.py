@@ -1,6 +1,6 @@
-"""``sickbay diagnose`` on 281 more real failure logs from public threads (thread-failures.jsonl).
+"""``sickbay diagnose`` on 296 more real failure logs from public threads (thread-failures.jsonl).
 
-Collected on 2026-11-30 in four rounds and on 2026-12-01 in a fifth to an eighth round, from public threads the
+Collected on 2026-11-30 in four rounds and on 2026-12-01 in a fifth to a ninth round, from public threads the
 82-case corpus does not use, labelled by the same conventions (tests/corpus/README.md). Each round
 was read blind first, with the rules of the rounds before it, and only then were rules written for
 its misses (category / restartable / isolate right):
@@ -11,12 +11,14 @@ its misses (category / restartable / isolate right):
 - round 5 (33 cases): 15, 15, 27 blind; 21, 21, 28 after (with wrapped lines read whole);
 - round 6 (16 cases): 5, 5, 14 blind; 7, 7, 14 after;
 - round 7 (30 cases): 18, 20, 27 blind; 20, 22, 27 after;
-- round 8 (24 cases): 12, 13, 22 blind; 16, 18, 23 after.
+- round 8 (24 cases): 12, 13, 22 blind; 16, 18, 23 after;
+- round 9 (15 cases): 10, 13, 13 blind; 15, 15, 14 after.
 After round 4: category 103, restartable 116, isolate 155; with six rules for formats no rule knew
 and lead hints (2026-12-01, tests/corpus/README.md, docs/rules.md): category 111, restartable 120,
 isolate 156. With round 5's rules and wrapped lines read whole, the first 178 read 115 / 125 / 157,
 and all 211 read 136 / 146 / 185; with round 6 and its rules all 227 read 143 / 153 / 199; with round 7 and its rules all 257 read
-163 / 175 / 226; with round 8 and its rules all 281 read 179 / 195 / 249. The floors sit just under that; raise them when attribution improves.
+163 / 175 / 226; with round 8 and its rules all 281 read 179 / 195 / 249; with round 9 and its rules all 296 read
+195 / 210 / 264. The floors sit just under that; raise them when attribution improves.
 """
 
 from __future__ import annotations
@@ -33,31 +35,31 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[Outcome]:
     return score(Path(tmp_path_factory.mktemp("threads")), THREADS)
 
 
-def test_the_thread_set_is_281_cases_apart_from_the_given_corpus(outcomes):
+def test_the_thread_set_is_296_cases_apart_from_the_given_corpus(outcomes):
     from schemas import codec
     from tests.corpus.scoring import CORPUS
 
     given = {codec.loads(line)["source_url"] for line in CORPUS.read_text().splitlines()}
     threads = [codec.loads(line) for line in THREADS.read_text().splitlines()]
-    assert len(outcomes) == len(threads) == 281
+    assert len(outcomes) == len(threads) == 296
     assert not given & {t["source_url"] for t in threads}
 
 
 def test_category_accuracy_stays_above_its_floor(outcomes):
-    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.63, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.65, table(outcomes)
 
 
 def test_gpu_faults_are_recognised(outcomes):
     gpu = [o for o in outcomes if o.want_category == "hardware_gpu"]
-    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.68, table(outcomes)
+    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.70, table(outcomes)
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.68, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.70, table(outcomes)
 
 
 def test_isolation_advice_stays_above_its_floor(outcomes):
-    assert rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.88, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.89, table(outcomes)
 
 
 def test_only_two_known_cases_isolate_a_healthy_node(outcomes):

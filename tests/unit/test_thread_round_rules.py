@@ -205,3 +205,23 @@ XID_ELIDED = (
 def test_an_xid_whose_poster_hid_the_address_still_reads_as_the_gpu_and_isolates_the_node():
     rule, category, restartable, isolate = _outcome(XID_ELIDED)
     assert (rule, category, restartable, isolate) == ("gpu.xid", Category.HARDWARE_GPU, True, ["gpu-01"])
+
+
+INVALID_DEVICE_FUNCTION = (
+    "THCudaCheck FAIL file=/gpfsnyu/home/ks3286/pytorch/torch/lib/THC/generated/../generic/"
+    "THCTensorMathPointwise.cu line=247 error=8 : invalid device function"
+)
+SUBMITIT_PREEMPTED = "submitit WARNING (2021-04-01 02:26:27,643) - Caught signal SIGUSR1 on learnfair4096: this job is preempted."
+MLX5_PROBE = "mlx5_core: probe of 0000:69:01.0 failed with error -22"
+
+
+def test_a_binary_without_code_for_this_gpu_is_the_software_stack_not_the_job():
+    assert _outcome(INVALID_DEVICE_FUNCTION) == ("cuda.version_mismatch", Category.SYSTEM_SOFTWARE, False, [])
+
+
+def test_a_preemption_submitit_caught_is_the_scheduler_and_worth_a_restart():
+    assert _outcome(SUBMITIT_PREEMPTED) == ("scheduler.submitit_preempted", Category.INFRASTRUCTURE, True, [])
+
+
+def test_a_nic_the_kernel_cannot_bring_up_takes_its_node_out():
+    assert _outcome(MLX5_PROBE) == ("network.mlx5_probe_failed", Category.HARDWARE_NETWORK, True, ["gpu-01"])
