@@ -17,6 +17,7 @@ import hostlist
 from schemas.raw import LogLine
 from schemas.signals import AttrValue, Signal, SourceRef
 from streams.extract.rules import Catalog, LookupEntry, Rule, load_catalog
+from streams.extract.summary import Fields, render
 from streams.extract.timeparse import line_time_and_host, local_clock_time
 
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:|\[(?:PG [^\]]*?)?Rank (\d+)\]")
@@ -73,19 +74,6 @@ def _nccl_host(text: str) -> str | None:
 def _signal_id(line: LogLine, pos: Position, rule_id: str, event_time: datetime) -> str:
     token = pos.token() or f"{line.host}|{line.job_id}|{event_time.isoformat()}|{line.text}"
     return hashlib.blake2b(f"{token}|{rule_id}".encode(), digest_size=10).hexdigest()
-
-
-class _Fields(dict[str, Any]):
-    """Summary template values: lists print as a hostlist, missing names as ``?``."""
-
-    def __missing__(self, key: str) -> str:
-        return "?"
-
-    def __getitem__(self, key: str) -> Any:
-        value = super().__getitem__(key)
-        if isinstance(value, list):
-            return hostlist.collect_hostlist([str(v) for v in value])
-        return value
 
 
 class Extractor:
@@ -160,7 +148,7 @@ class Extractor:
         subject = fields.pop("node", None)
         job_id = fields.pop("job_id", None) or line.job_id
         summary_template = (entry.summary if entry and entry.summary else None) or rule.summary
-        all_fields = _Fields(fields, gpu=gpu, rank=rank, job_id=job_id)
+        all_fields = Fields(fields, gpu=gpu, rank=rank, job_id=job_id)
         if subject is not None:
             all_fields["node"] = subject  # popped above, still named in summaries
         attrs = dict(fields)
@@ -180,7 +168,7 @@ class Extractor:
             rule=rule.id,
             role=pick("role", rule.role),
             category=pick("category", rule.category),
-            summary=summary_template.format_map(all_fields),
+            summary=render(summary_template, all_fields),
             event_time=event_time,
             observed_time=observed,
             node=str(subject) if subject is not None else (line.host or line_host or _nccl_host(line.text)),

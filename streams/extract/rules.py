@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from schemas.incidents import Category
 from schemas.signals import Role
+from streams.extract.summary import check as check_summary
 
 RULES_DIR = Path(__file__).parent / "rules"
 
@@ -63,6 +64,13 @@ class Meaning(BaseModel):
     summary: str | None = None
     weight: int | None = Field(default=None, ge=0, le=100)
     context: Context | None = None
+
+    @field_validator("summary")
+    @classmethod
+    def _summary_reads(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_summary(value)
+        return value
 
 
 class LookupEntry(Meaning):
@@ -109,6 +117,12 @@ class Rule(BaseModel):
     @classmethod
     def _compiles(cls, value: str) -> str:
         re.compile(value)
+        return value
+
+    @field_validator("summary")
+    @classmethod
+    def _summary_reads(cls, value: str) -> str:
+        check_summary(value)
         return value
 
     @model_validator(mode="after")
