@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -167,3 +168,25 @@ def sent_assignments(sent: list[tuple[bytes, Any]]) -> list[JobNodeAssignment]:
     for _, value in sent:
         out.extend(value.assignments if isinstance(value, AssignmentBatch) else [value])
     return out
+
+
+def acked() -> asyncio.Future[None]:
+    """What a stand-in for a Faust topic's ``send`` returns: like Faust's, a future that the
+    broker's acknowledgement resolves (here at once), for code that waits for delivery."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done
+
+
+def keys_with_differing_actions(actions: list[Action]) -> list[str]:
+    """Idempotency keys under which more than one distinct action was proposed.
+
+    The decide step marks a key as issued only once the broker holds its action
+    (streams/decide/agent.py), so a worker killed between the two re-sends the same action under
+    the same key, which the adapters skip once they have run it. Copies of one action are that
+    re-send; two different actions under one key would be two decisions, a bug."""
+    seen: dict[str, set[tuple[object, ...]]] = {}
+    for a in actions:
+        what = (a.kind, a.node, a.job_id, tuple(a.exclude_nodes), a.incident_id, a.dry_run)
+        seen.setdefault(a.idempotency_key, set()).add(what)
+    return [k for k, v in seen.items() if len(v) > 1]

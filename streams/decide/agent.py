@@ -146,11 +146,17 @@ class DecideStep:
         result = plan(incident, policy, mode, record, now)
         self.jobs[job_id] = record.model_dump(mode="json")
 
+        # A key goes into `issued` only once the broker holds what it stands for (_delivered). The
+        # table's changelog and the actions topic are different partitions, often on different
+        # brokers: written the other way round, a broker failover could deliver the mark and not
+        # the action, and a worker killed then left its successor a mark for an action that never
+        # was (the 3-broker fault test lost a requeue that way). This order's failure is a re-sent
+        # action under the same idempotency key, which the adapters already skip.
         seen: list[str] = list(self.issued.get(job_id) or [])
         for action in result.actions:
             if action.idempotency_key in seen:
                 continue  # proposed for an earlier revision already
-            await t.actions.send(key=job_id.encode(), value=action)
+            await _delivered(t.actions, job_id.encode(), action)
             seen.append(action.idempotency_key)
             await t.audit.send(key=incident.incident_id.encode(), value=_proposed(action, now))
             log.info("proposed %s %s (%s)", action.kind.value, action.job_id, _how(action))
@@ -158,7 +164,7 @@ class DecideStep:
             gate_key = f"isolate:{req.request_id}"
             if gate_key in seen:
                 continue
-            await t.isolation_requests.send(key=req.cluster.encode(), value=req)
+            await _delivered(t.isolation_requests, req.cluster.encode(), req)
             seen.append(gate_key)
         self.issued[job_id] = seen[-MAX_KEYS_PER_JOB:]
         for note in [*policy_notes, *result.notes]:
@@ -190,14 +196,17 @@ class DecideStep:
         raw = self.gate_state.get(state_key)
         state = GateState.model_validate(raw) if raw else GateState()
         verdict = admit(state, req, self.policy_file.valves_for(req.cluster), now)
-        self.gate_state[state_key] = state.model_dump(mode="json")
-        if req.restore or verdict.replay:
-            return
-        if verdict.approved:
+        if verdict.approved and not (req.restore or verdict.replay):
+            # The drain first, then the state that counts it (see `incident`): a lost state write
+            # re-admits the request and re-sends the same drain, never the reverse.
             action = drain_action(req, now)
-            await t.actions.send(key=(req.job_id or req.node).encode(), value=action)
+            await _delivered(t.actions, (req.job_id or req.node).encode(), action)
+            self.gate_state[state_key] = state.model_dump(mode="json")
             await t.audit.send(key=req.incident_id.encode(), value=_proposed(action, now))
             log.info("isolating %s (%s)", req.node, _how(action))
+            return
+        self.gate_state[state_key] = state.model_dump(mode="json")
+        if req.restore or verdict.replay:
             return
         audit = AuditRecord(
             audit_id=audit_id("gate", req.request_id, verdict.valve or ""),
@@ -217,6 +226,13 @@ class DecideStep:
         await t.audit.send(key=req.incident_id.encode(), value=audit)
         if verdict.alert:
             log.warning("safety valve %s tripped: %s", verdict.valve, verdict.note)
+
+
+async def _delivered(topic: Any, key: bytes, value: Any) -> None:
+    """Send and wait for the broker's acknowledgement (Faust's send returns once the record is
+    handed to the producer; the future it returns resolves on the ack)."""
+    pending = await topic.send(key=key, value=value)
+    await pending
 
 
 def _how(action: Action) -> str:

@@ -27,6 +27,7 @@ from streams.pipeline import Pipeline, build
 from streams.settings import Settings
 from tests.factories import (
     T0,
+    acked,
     cuda_error,
     job_output,
     kernel_xid,
@@ -75,6 +76,7 @@ async def pipe(tmp_path):
 
         async def record(key=None, value=None, _name=field, **_kw):
             sent[_name].append((key, value))
+            return acked()
 
         topic.send = AsyncMock(side_effect=record)
     pipeline.sent = sent  # type: ignore[attr-defined]

@@ -30,6 +30,7 @@ from streams.pipeline import Pipeline, build
 from streams.settings import Settings
 from tests.factories import (
     T0,
+    acked,
     kernel_xid,
     nccl_timeout,
     one,
@@ -69,8 +70,9 @@ async def pipe(tmp_path: Any) -> Pipeline:
 
 
 def _record(pipeline: Pipeline, field: str, sent: dict[str, list[tuple[bytes, Any]]]) -> None:
-    async def record(key: bytes | None = None, value: Any = None, **_kw: Any) -> None:
+    async def record(key: bytes | None = None, value: Any = None, **_kw: Any) -> asyncio.Future[None]:
         sent[field].append((key or b"", value))
+        return acked()
 
     getattr(pipeline.topics, field).send = AsyncMock(side_effect=record)
 

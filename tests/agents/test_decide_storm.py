@@ -27,6 +27,7 @@ from streams.app import create_app
 from streams.diagnose.driver import Diagnoser, summary
 from streams.pipeline import Pipeline, build
 from streams.settings import Settings
+from tests.factories import acked
 
 STORM_SCENARIOS = (
     "xid79_fallen_off_bus",
@@ -55,6 +56,7 @@ async def pipe(tmp_path: Path) -> Pipeline:
 
         async def record(key=None, value=None, _name=field, **_kw):
             sent[_name].append((key, value))
+            return acked()
 
         getattr(pipeline.topics, field).send = AsyncMock(side_effect=record)
     pipeline.sent = sent  # type: ignore[attr-defined]

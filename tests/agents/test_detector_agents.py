@@ -22,7 +22,7 @@ from streams.app import create_app
 from streams.correlate import progress, straggler
 from streams.pipeline import Pipeline, build
 from streams.settings import Settings
-from tests.factories import T0, kernel_xid
+from tests.factories import T0, acked, kernel_xid
 
 SENT_TOPICS = (
     "topology_jobs",
@@ -69,8 +69,11 @@ async def h(tmp_path: Path) -> Harness:
     for name in SENT_TOPICS:
         topic = getattr(pipeline.topics, name)
 
-        async def record(key: bytes = b"", value: Any = None, _name: str = name, **_kw: Any) -> None:
+        async def record(
+            key: bytes = b"", value: Any = None, _name: str = name, **_kw: Any
+        ) -> asyncio.Future[None]:
             sent[_name].append((key, value))
+            return acked()
 
         topic.send = AsyncMock(side_effect=record)
     return Harness(pipeline, sent)
