@@ -17,15 +17,17 @@ import tomllib
 from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.incidents import Category
 from schemas.signals import Role
 from streams.extract.summary import check as check_summary
 
 RULES_DIR = Path(__file__).parent / "rules"
+# A rule's or lookup entry's summary template, checked as the rule files load (streams/extract/summary.py).
+SummaryTemplate = Annotated[str, AfterValidator(check_summary)]
 
 Cast = Literal["str", "int", "float", "hostlist"]
 SourceKind = Literal["kernel", "training", "scheduler", "telemetry", "other"]
@@ -61,16 +63,9 @@ class Meaning(BaseModel):
     restartable: bool | None = None
     isolation: Isolation | None = None
     decisive: bool | None = None
-    summary: str | None = None
+    summary: SummaryTemplate | None = None
     weight: int | None = Field(default=None, ge=0, le=100)
     context: Context | None = None
-
-    @field_validator("summary")
-    @classmethod
-    def _summary_reads(cls, value: str | None) -> str | None:
-        if value is not None:
-            check_summary(value)
-        return value
 
 
 class LookupEntry(Meaning):
@@ -92,7 +87,7 @@ class Rule(BaseModel):
     restartable: bool | None = None
     isolation: Isolation = "none"
     decisive: bool = False
-    summary: str
+    summary: SummaryTemplate
     # Specificity when choosing a root: generic catch-alls (a bare ``FooError:``) weigh less than
     # a specific signature and lose to it even when earlier. 50 is a specific signature.
     weight: int = Field(default=50, ge=0, le=100)
@@ -117,12 +112,6 @@ class Rule(BaseModel):
     @classmethod
     def _compiles(cls, value: str) -> str:
         re.compile(value)
-        return value
-
-    @field_validator("summary")
-    @classmethod
-    def _summary_reads(cls, value: str) -> str:
-        check_summary(value)
         return value
 
     @model_validator(mode="after")

@@ -73,8 +73,9 @@ def render(template: str, fields: Fields) -> str:
     return "".join(out)
 
 
-def check(template: str) -> None:
-    """Refuse a template the renderer would misread: unbalanced or nested brackets, bad braces."""
+def check(template: str) -> str:
+    """``template``, refused when the renderer would misread it: unbalanced or nested brackets, bad
+    braces (a pydantic validator of the rule files)."""
     depth = 0
     for ch in template:
         if ch == "[":
@@ -88,3 +89,4 @@ def check(template: str) -> None:
     if depth:
         raise ValueError(f"unbalanced [ in summary {template!r}")
     list(Formatter().parse(template))  # raises ValueError on unbalanced braces
+    return template
