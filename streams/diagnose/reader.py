@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streams.extract.carriers import clean_chunk
+
 MAX_LINE_BYTES = 1 << 20
 CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
@@ -102,7 +104,9 @@ def _chunks(fh: io.BufferedReader, source: str, report: ReadReport) -> Iterator[
 def read_chunks(paths: list[str], report: ReadReport) -> Iterator[Chunk]:
     """Newline-aligned chunks of every source, for scanning many lines at once.
 
-    A line over 1 MiB is replaced by an empty line (numbering stays right) and counted.
+    A line over 1 MiB is replaced by an empty line (numbering stays right) and counted. CRLF line
+    ends are read as LF and terminal colours are taken off (``carriers.clean_chunk``): a hard-wrapped
+    paste is joined again and a coloured literal still found.
     """
     for source in expand(paths, report):
         report.files += 1
@@ -127,7 +131,7 @@ def read_chunks(paths: list[str], report: ReadReport) -> Iterator[Chunk]:
                         report.skipped_long += 1
                         data, cut = data[first_nl:], cut - first_nl
                     whole, pending = data[:cut], data[cut:]
-                    yield Chunk(source, number, whole)
+                    yield Chunk(source, number, clean_chunk(whole))
                     number += whole.count(b"\n")
                 if len(pending) > MAX_LINE_BYTES:
                     report.skipped_long += 1
@@ -135,7 +139,7 @@ def read_chunks(paths: list[str], report: ReadReport) -> Iterator[Chunk]:
             if skipping:
                 number += 1
             if pending:
-                yield Chunk(source, number, pending)
+                yield Chunk(source, number, clean_chunk(pending))
                 number += 1
             report.lines += number - 1
         finally:

@@ -10,12 +10,14 @@ import hashlib
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import hostlist
 
 from schemas.raw import LogLine
 from schemas.signals import AttrValue, Signal, SourceRef
+from streams.extract.carriers import Carried, strip_colours, uncarried
 from streams.extract.rules import Catalog, LookupEntry, Rule, load_catalog
 from streams.extract.summary import Fields, render
 from streams.extract.timeparse import line_time_and_host, local_clock_time
@@ -76,6 +78,34 @@ def _signal_id(line: LogLine, pos: Position, rule_id: str, event_time: datetime)
     return hashlib.blake2b(f"{token}|{rule_id}".encode(), digest_size=10).hexdigest()
 
 
+class _Prefixes:
+    """What a line's prefixes say, each read once and only for a line some rule matched or wants
+    without its carrier prefix (most lines are neither)."""
+
+    def __init__(self, line: LogLine, observed: datetime) -> None:
+        self.line = line
+        self.observed = observed
+
+    @cached_property
+    def carried(self) -> Carried | None:
+        return uncarried(self.line.text)
+
+    @cached_property
+    def time_and_host(self) -> tuple[datetime | None, str | None]:
+        """The time and host the line's own prefix states; behind a carrier prefix (``kubectl``'s
+        time comes first, a pdsh host last: a syslog header's host is the line's own)."""
+        text = self.line.text
+        own = self.carried.text if self.carried is not None else text
+        when, host = line_time_and_host(text, self.observed)
+        if when is None and own is not text:
+            when, host = line_time_and_host(own, self.observed)
+        if when is None and self.line.event_time is None:
+            when = local_clock_time(own, self.observed)
+        if host is None and self.carried is not None:
+            host = self.carried.host  # pdsh's or clush's node
+        return when, host
+
+
 class Extractor:
     def __init__(self, catalog: Catalog | None = None) -> None:
         self.catalog = catalog or load_catalog()
@@ -90,31 +120,37 @@ class Extractor:
 
     def extract(self, line: LogLine, observed: datetime, pos: Position | None = None) -> list[Signal]:
         pos = pos or Position()
+        if "\x1b" in line.text:  # terminal colours hide word boundaries and split literals
+            line = line.model_copy(update={"text": strip_colours(line.text)})
         text = line.text
         signals: list[Signal] = []
         fired_groups: set[str] = set()
-        line_time: datetime | None = None
-        line_host: str | None = None
-        parsed_prefix = False
+        prefixes = _Prefixes(line, observed)
         for rule in self.catalog.candidates(text):
             if rule.group and rule.group in fired_groups:
                 continue
             if rule.fallback and signals:
                 break  # catch-alls come last and only speak when nothing else did
             matched = self.match(rule, text)
+            if matched is None and rule.anchored:
+                matched = self._match_carried(rule, prefixes.carried)
             if matched is None:
                 continue
             fields, start = matched
             if rule.group:
                 fired_groups.add(rule.group)
-            if not parsed_prefix:
-                line_time, line_host = line_time_and_host(text, observed)
-                if line_time is None and line.event_time is None:
-                    line_time = local_clock_time(text, observed)
-                parsed_prefix = True
+            line_time, line_host = prefixes.time_and_host
             rank_end = start if rule.rank_scope == "before" else None
             signals.append(self._signal(rule, fields, line, pos, observed, line_time, line_host, rank_end))
         return signals
+
+    def _match_carried(self, rule: Rule, carried: Carried | None) -> tuple[dict[str, AttrValue], int] | None:
+        """A rule anchored at the line's start, tried on the line without the prefix kubectl,
+        compose, Ray, srun or pdsh put before it (``carriers.py``); where it matches, counted from
+        the start of the whole line."""
+        if carried is None or (matched := self.match(rule, carried.text)) is None:
+            return None
+        return matched[0], matched[1] + carried.offset
 
     def _signal(
         self,

@@ -520,11 +520,13 @@ def vet_without_lines(value: bytes) -> bool:
     - a backslash: a JSON escape (``\\"``, ``\\n``, ``\\u00e9``, ``\\/``) may hide a literal's
       bytes that the decoded text holds;
     - a newline inside a plain record: CRI partial pieces are joined across lines;
+    - an escape byte: a terminal colour code may split a literal the lines hold once the extractor
+      takes the colours off (``carriers.strip_colours``);
     - an Event, OTLP or a Loki push: their lines are composed or re-encoded from the JSON.
 
     On a fleet most records carry no literal, and the full read (models, CRI split, job id,
     line objects) was most of the extract stage's time on bench-stream's mix."""
-    if b"\\" in value:
+    if b"\\" in value or b"\x1b" in value:
         return False  # the full read checks it (and parses it only once)
     obj = _load_record(value)
     if obj is None:

@@ -126,6 +126,12 @@ class Rule(BaseModel):
     def regex(self) -> re.Pattern[str]:
         return re.compile(self.pattern)
 
+    @cached_property
+    def anchored(self) -> bool:
+        """The pattern holds a ``^`` that is not a negated class: it wants the line's own start,
+        which a tool's prefix (``kubectl --timestamps``, pdsh) moves (``carriers.py``)."""
+        return "^" in self.pattern.replace("[^", "").replace("\\^", "")
+
     @property
     def family(self) -> str:
         """The id's first part: gpu, network, nccl, cuda, framework, host, scheduler, infra, progress, ..."""

@@ -58,3 +58,10 @@ def test_a_longer_next_line_is_a_line_of_its_own(tmp_path: Path):
     head, tail = WATCHDOG[:80], WATCHDOG[80:]
     assert len(tail) > len(head)
     assert not any(rule.startswith("nccl.watchdog") for rule, _ in _rules(tmp_path, head + "\n" + tail))
+
+
+def test_a_wrapped_line_in_a_crlf_paste_is_joined_too(tmp_path: Path):
+    # a log saved from a Windows editor or a browser's text box: CRLF line ends
+    for width in (80, 120):
+        text = "training started\r\n" + _wrap(WATCHDOG, width).replace("\n", "\r\n") + "\r\nnext line"
+        assert ("nccl.watchdog_timeout", 2) in _rules(tmp_path, text), width
