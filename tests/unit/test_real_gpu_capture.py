@@ -156,32 +156,38 @@ def test_a_healthy_gpu_at_its_power_cap_is_not_a_straggler():
 
 
 # what each real failure output must yield (rule -> at least this many lines); rules not listed
-# must not appear at all, so a new rule that fires on these files is a conscious change here
+# must not appear at all, so a new rule that fires on these files is a conscious change here.
+# Python's traceback frames are lead hints (framework.python_traceback): every root below wins over
+# them, and the diagnose test of these files checks that the verdict stays the root's.
+TRACEBACK = "framework.python_traceback"
 EXPECTED: dict[str, dict[str, int]] = {
     "torch_watchdog.stderr.txt": {"nccl.watchdog_timeout": 1, "nccl.taking_process_down": 1},
     "torch_watchdog_nccl_info.stderr.txt": {"nccl.watchdog_timeout": 1},
     # NCCL INFO init lines: only where the rank runs; then the teardown
     "torch_watchdog_nccl_info.stdout.txt": {"nccl.rank_placement": 1, "nccl.comm_aborted": 1},
-    "torch_oom.stderr.txt": {"cuda.out_of_memory": 1},
+    "torch_oom.stderr.txt": {"cuda.out_of_memory": 1, TRACEBACK: 1},
     "torch_device_assert.stderr.txt": {
         "framework.assertion_failed": 1,
         "cuda.device_side_assert": 1,
         "cuda.async_report_hint": 1,
         "cuda.debug_advice_hint": 1,
+        TRACEBACK: 1,
     },
     "torch_sigkill.stderr.txt": {
         "framework.elastic_worker_failed": 1,
         "framework.child_failed": 1,
         "framework.elastic_exitcode": 1,
         "framework.elastic_signal": 1,
+        TRACEBACK: 1,
     },
     "torch_exception.stderr.txt": {
         "framework.nan_loss": 1,
         "framework.elastic_worker_failed": 1,
         "framework.child_failed": 1,
         "framework.elastic_exitcode": 1,
+        TRACEBACK: 1,
     },
-    "torch_store_timeout.stderr.txt": {"infra.rendezvous_timeout": 1},
+    "torch_store_timeout.stderr.txt": {"infra.rendezvous_timeout": 1, TRACEBACK: 1},
     "dmesg_nvrm.txt": {},  # driver load, a boot-time FBHUB interrupt cleared, a deprecation notice
     "nvidia_smi_q.txt": {},
     "nvidia_smi_details.txt": {},
@@ -217,3 +223,25 @@ def test_nccls_busid_and_nvmls_pci_id_name_the_same_real_gpu():
     assert (rank, place.node, place.nranks, place.cuda_dev) == (0, "vm", 1, 0)  # NCCL's host: gethostname()
     nvml_pci = RECORDING["devices"][0]["pci_bus_id"]["value"]  # 00000000:00:06.0
     assert place.gpu == nccl_bus_to_pci("60") == "0000:" + nvml_pci.split(":", 1)[1].rsplit(".", 1)[0]
+
+
+# what ``sickbay diagnose`` makes of each real failure output: its root, never the traceback the
+# failure printed on the way (the same verdicts as before tracebacks were read at all)
+DIAGNOSED = {
+    "torch_device_assert.stderr.txt": ("application", "cuda.device_side_assert"),
+    "torch_exception.stderr.txt": ("application", "framework.nan_loss"),
+    "torch_oom.stderr.txt": ("application", "cuda.out_of_memory"),
+    "torch_sigkill.stderr.txt": ("application", "framework.elastic_worker_failed"),
+    "torch_store_timeout.stderr.txt": ("infrastructure", "infra.rendezvous_timeout"),
+    "torch_watchdog.stderr.txt": ("unknown", "nccl.watchdog_timeout"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIAGNOSED))
+def test_diagnose_names_the_real_failures_root_not_the_traceback_it_printed(name: str) -> None:
+    from streams.diagnose.driver import Diagnoser, summary
+
+    verdict = summary(Diagnoser().run([str(CAPTURED / name)], NOW))
+    root = verdict["root_cause"]
+    assert isinstance(root, dict)
+    assert (verdict["category"], root["rule"]) == DIAGNOSED[name]
