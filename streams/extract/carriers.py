@@ -33,14 +33,15 @@ _COLOURS_STR = re.compile(_COLOURS)
 _COLOURS_BYTES = re.compile(_COLOURS.encode())
 
 # One carrier prefix at the start of a line; several may stack (a kubectl timestamp before a
-# compose column). ``host``: pdsh/clush's node name, which must hold a digit (node names do; an
-# exception's ``RuntimeError:`` does not) and start with a letter.
+# compose column). ``host``: pdsh/clush's node name (DeepSpeed's multi-node launcher runs pdsh too),
+# which must hold a digit (node names do; an exception's ``RuntimeError:`` does not), start with a
+# letter and be a DNS name (``sm_80:``, ``local_rank0:`` are not).
 _PREFIX = re.compile(
     r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) "  # kubectl --timestamps
     r"|[\w.-]+\s+\| "  # docker compose's service column
     r"|\((?:[\w.:-]+ )?pid=\d+(?:, ip=[\w.:-]+)?\) "  # Ray: (RayTrainWorker pid=7, ip=10.0.0.3)
     r"|\s*\d+: "  # srun --label
-    r"|(?P<host>[A-Za-z][\w-]*\d[\w.-]*): )"  # pdsh / clush
+    r"|(?P<host>[A-Za-z][A-Za-z0-9-]*\d[A-Za-z0-9.-]*): )"  # pdsh / clush: a DNS name, no "_"
 )
 # Words with a number that are not nodes: "rank3: ...", "GPU0: ...", "epoch12: ..." (a lower-case
 # "gpu17" is a node name on many clusters)

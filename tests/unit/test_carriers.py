@@ -68,6 +68,11 @@ def test_every_rule_reads_its_examples_behind_any_carrier_prefix_and_in_colour(r
         ("12: x", "x", None),
         ("gpu17: [Sat Feb 13 22:40:04 2021] NVRM: Xid", "[Sat Feb 13 22:40:04 2021] NVRM: Xid", "gpu17"),
         ("HGX-H100-11: x", "x", "HGX-H100-11"),
+        (
+            "worker-1: [rank3]: RuntimeError: x",
+            "[rank3]: RuntimeError: x",
+            "worker-1",
+        ),  # DeepSpeed's pdsh launcher
         ("dgx01.cluster.local: x", "x", "dgx01.cluster.local"),
         ("2024-05-01T10:00:01Z c016: x", "x", "c016"),
     ],
@@ -87,6 +92,8 @@ def test_a_carrier_prefix_comes_off_and_pdsh_names_the_node(text: str, rest: str
         "GPU0: NVIDIA H100 80GB HBM3",
         "epoch12: done",
         "Warning3: x",
+        "sm_80: unsupported architecture",  # not a DNS name
+        "local_rank0: ready",
         "node23:12098:12141 [2] NCCL INFO Bootstrap",  # NCCL's own host:pid:tid prefix
         "  exitcode  : 1 (pid: 42)",
         "[rank0]: Traceback (most recent call last):",
