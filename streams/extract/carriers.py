@@ -7,7 +7,8 @@ it:
 - terminal colours (ANSI escape sequences) from a logger that saw a TTY, or a ``script``/tmux
   capture: ``\\x1b[31mRuntimeError\\x1b[0m: CUDA error`` hides the word boundary a rule wants, and a
   colour code in the middle of a phrase splits the literal the prefilter looks for;
-- ``kubectl logs --timestamps`` (and GitHub Actions' log view): ``2024-05-01T10:00:01.123456789Z``;
+- ``kubectl logs --timestamps`` (and GitHub Actions' log view): ``2024-05-01T10:00:01.123456789Z``,
+  and ``kubectl logs --prefix``: ``[pod/trainer-worker-0/pytorch] ``;
 - ``docker compose logs``: the service column, ``trainer-1  | ``;
 - Ray's driver, for the output of its workers: ``(RayTrainWorker pid=2041, ip=10.0.0.3) ``;
 - ``pdsh``/``clush`` run across nodes: ``gpu17: `` (the one prefix that says something: the node);
@@ -39,6 +40,7 @@ _COLOURS_BYTES = re.compile(_COLOURS.encode())
 _PREFIX = re.compile(
     r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) "  # kubectl --timestamps
     r"|[\w.-]+\s+\| "  # docker compose's service column
+    r"|\[pod/[\w.-]+/[\w.-]+\] "  # kubectl logs --prefix
     r"|\((?:[\w.:-]+ )?pid=\d+(?:, ip=[\w.:-]+)?\) "  # Ray: (RayTrainWorker pid=7, ip=10.0.0.3)
     r"|\s*\d+: "  # srun --label
     r"|(?P<host>[A-Za-z][A-Za-z0-9-]*\d[A-Za-z0-9.-]*): )"  # pdsh / clush: a DNS name, no "_"

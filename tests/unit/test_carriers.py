@@ -22,6 +22,7 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 CARRIERS = {
     "kubectl --timestamps": "2024-05-01T10:00:01.123456789Z ",
     "docker compose": "trainer-1  | ",
+    "kubectl --prefix": "[pod/trainer-worker-0/pytorch] ",
     "ray worker": "(RayTrainWorker pid=2041, ip=10.0.0.3) ",
     "srun --label": "3: ",
     "pdsh": "gpu17: ",
