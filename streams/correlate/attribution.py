@@ -638,11 +638,15 @@ def attribute(
             )
         )
 
-    # The root first, then each tally's first samples and the other candidates; a root that stands
-    # in from a tally (a cascade, a lead) is that tally's first sample, listed once.
+    # The root first, then each tally's first samples and the other candidates, and the lead hints'
+    # samples last (the weakest evidence: a traceback's frames next to the exception line they led
+    # to); a root that stands in from a tally (a cascade, a lead) is that tally's first sample,
+    # listed once.
     evidence: list[Evidence] = []
     listed: set[str] = set()
-    for s in (root, *(s for t in window.tallies.values() for s in t.samples[:2]), *window.roots):
+    heads = [s for t in window.tallies.values() for s in t.samples[:2]]
+    leads = [s for s in heads if is_lead(s)]
+    for s in (root, *(s for s in heads if not is_lead(s)), *window.roots, *leads):
         if s.signal_id not in listed and len(evidence) < MAX_EVIDENCE:
             listed.add(s.signal_id)
             evidence.append(evidence_of(s))

@@ -98,6 +98,10 @@ def _log_line(raw: RawLine) -> LogLine:
     return LogLine(text=text.decode("utf-8", errors="replace"), adapter="plain", file=raw.source)
 
 
+# A kernel message's first line as dmesg prints it (its time, then the driver's tag if it has one),
+# followed by a line with no time of its own, indented.
+_DMESG_CONTINUED = re.compile(rb"^(\[\s*\d+\.\d+\] )([A-Za-z][\w-]*: )?[^\n]*\n(?= {8,}\S)", re.MULTILINE)
+
 # A hard-wrapped line: every piece but the last is as long as the terminal was wide (shorter pieces
 # are lines of their own), and one line is rarely wrapped more than a few times.
 WRAP_MIN_WIDTH = 60
@@ -146,6 +150,7 @@ class Diagnoser:
                 elif len(hit.line) >= WRAP_MIN_WIDTH:
                     unread.append(hit.number)
             self._unwrapped(chunk, rules_at, unread, now, signals)
+            self._continued(chunk, now, signals)
         if progress is not None:
             progress(report)
         file_hosts: dict[str, str | None] = {}
@@ -220,6 +225,59 @@ class Diagnoser:
             extractor = self.prefilter.extractor_for(self.prefilter.literal_ids(text))
             found = extractor.extract(line, observed, Position(file=chunk.source, line=number))
             signals.extend(s for s in found if s.rule not in known)
+
+    def _continued(self, chunk: Chunk, now: datetime, signals: list[Signal]) -> None:
+        """Kernel messages that ``dmesg`` printed over several lines, read as one. A continuation
+        line has no time of its own and is indented as wide as the first line's ``[ 1843.308145] ``
+        prefix; the driver's tag (``NVRM:``) it repeats is dropped. The classic "fallen off the bus"
+        message names its GPU only on its first line and says what happened only on its last
+        (failure-signatures.md §3.1): read joined, the signal of the last line gets the GPU. A rule
+        the joined line fires that a piece fired too replaces that piece's signal when it names a GPU
+        or node the piece's did not; a rule no piece fired is added. One regex pass over the chunk
+        finds the candidates: most logs have none."""
+        data = chunk.data
+        for m in _DMESG_CONTINUED.finditer(data):
+            width, tag = len(m.group(1)), m.group(2) or b""
+            pieces = [m.group(0).rstrip(b"\n")]
+            pos = m.end()
+            while len(pieces) < WRAP_MAX_PIECES and pos < len(data):
+                end = data.find(b"\n", pos)
+                nxt = data[pos : end if end >= 0 else len(data)]
+                if len(nxt) <= width or nxt[:width].strip() or nxt[width : width + 1].isspace():
+                    break
+                body = nxt[width:]
+                pieces.append(body[len(tag) :].lstrip() if tag and body.startswith(tag) else body)
+                pos = end + 1 if end >= 0 else len(data)
+            if len(pieces) > 1:
+                first = data.count(b"\n", 0, m.start())
+                self._read_joined(
+                    chunk, first, b" ".join(p.rstrip() for p in pieces), len(pieces), now, signals
+                )
+
+    def _read_joined(
+        self, chunk: Chunk, first: int, text: bytes, pieces: int, now: datetime, signals: list[Signal]
+    ) -> None:
+        """Read a message joined from its ``pieces`` lines (``_continued``)."""
+        if len(text) > MAX_LINE_BYTES or b"\x00" in text or not (ids := self.prefilter.literal_ids(text)):
+            return
+        number = chunk.first + first
+        lines = range(number, number + pieces)
+        line = _log_line(RawLine(chunk.source, number, text))
+        observed = now + timedelta(microseconds=len(signals) + number)
+        extractor = self.prefilter.extractor_for(ids)
+        for joined in extractor.extract(line, observed, Position(file=chunk.source, line=number)):
+            same = [
+                k
+                for k, s in enumerate(signals)
+                if s.rule == joined.rule and s.source.file == chunk.source and s.source.line in lines
+            ]
+            if not same:
+                signals.append(joined)
+                continue
+            for k in same:
+                old = signals[k]
+                if (joined.gpu and not old.gpu) or (joined.node and not old.node):
+                    signals[k] = joined.model_copy(update={"source": old.source, "text": old.text})
 
     @staticmethod
     def _blocks(data: bytes, last_host: str | None, rank_hosts: dict[int, str]) -> str | None:

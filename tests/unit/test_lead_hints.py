@@ -98,3 +98,44 @@ def test_a_store_nobody_can_reach_is_an_infrastructure_lead_and_a_refused_one_is
     )
     refused = unreachable.replace("110 - Connection timed out", "111 - Connection refused")
     assert signals(job_output("gpu-01", "7", T0, refused), offset=0) == []  # the usual wait for rank 0
+
+
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "train.py", line 88, in <module>',
+    '  File "train.py", line 42, in step',
+]
+
+
+def test_a_traceback_cut_before_its_exception_line_is_an_application_lead():
+    window = window_from(_signals(*TRACEBACK), cluster="c", job_id="7", now=T0)
+    assert window is not None
+    v = attribute(window, None)
+    assert v is not None
+    assert (v.root.rule, v.category, v.restartable, v.isolate) == (
+        "framework.python_traceback",
+        Category.APPLICATION,
+        False,
+        [],
+    )
+    assert v.confidence == 0.2
+
+
+def test_the_exception_line_is_the_root_and_the_frames_come_last_in_the_evidence():
+    # frames first in the log, then the root, then another candidate: the frames are listed after it
+    lines = [
+        *TRACEBACK,
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "ValueError: the collator saw an empty batch",
+    ]
+    window = window_from(_signals(*lines), cluster="c", job_id="7", now=T0)
+    assert window is not None
+    v = attribute(window, None)
+    assert v is not None
+    assert v.root.rule == "cuda.out_of_memory"
+    assert [e.rule for e in v.evidence] == [
+        "cuda.out_of_memory",
+        "framework.exception",
+        "framework.python_traceback",
+        "framework.python_traceback",
+    ]
