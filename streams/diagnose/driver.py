@@ -98,9 +98,10 @@ def _log_line(raw: RawLine) -> LogLine:
     return LogLine(text=text.decode("utf-8", errors="replace"), adapter="plain", file=raw.source)
 
 
-# A kernel message's first line as dmesg prints it (its time, then the driver's tag if it has one),
-# followed by a line with no time of its own, indented.
-_DMESG_CONTINUED = re.compile(rb"^(\[\s*\d+\.\d+\] )([A-Za-z][\w-]*: )?[^\n]*\n(?= {8,}\S)", re.MULTILINE)
+# A kernel message's first line as dmesg prints it: its time, then the driver's tag if it has one.
+# A line of its that dmesg continued on the next line has no time there, only blanks as wide.
+_DMESG_HEAD = re.compile(rb"(\[\s*\d+\.\d+\] )([A-Za-z][\w-]*: )?")
+_CONTINUATION = b"\n" + b" " * 15
 
 # A hard-wrapped line: every piece but the last is as long as the terminal was wide (shorter pieces
 # are lines of their own), and one line is rarely wrapped more than a few times.
@@ -229,30 +230,49 @@ class Diagnoser:
     def _continued(self, chunk: Chunk, now: datetime, signals: list[Signal]) -> None:
         """Kernel messages that ``dmesg`` printed over several lines, read as one. A continuation
         line has no time of its own and is indented as wide as the first line's ``[ 1843.308145] ``
-        prefix; the driver's tag (``NVRM:``) it repeats is dropped. The classic "fallen off the bus"
-        message names its GPU only on its first line and says what happened only on its last
-        (failure-signatures.md §3.1): read joined, the signal of the last line gets the GPU. A rule
-        the joined line fires that a piece fired too replaces that piece's signal when it names a GPU
-        or node the piece's did not; a rule no piece fired is added. One regex pass over the chunk
-        finds the candidates: most logs have none."""
+        prefix (15 characters or more); the driver's tag (``NVRM:``) it repeats is dropped. The
+        classic "fallen off the bus" message names its GPU only on its first line and says what
+        happened only on its last (failure-signatures.md §3.1): read joined, the signal of the last
+        line gets the GPU. A rule the joined line fires that a piece fired too replaces that piece's
+        signal when it names a GPU or node the piece's did not; a rule no piece fired is added.
+        Candidates are found by searching for a newline and 15 blanks (a regex over every line was
+        a tenth of diagnose's time on a large log); most logs have none."""
         data = chunk.data
-        for m in _DMESG_CONTINUED.finditer(data):
-            width, tag = len(m.group(1)), m.group(2) or b""
-            pieces = [m.group(0).rstrip(b"\n")]
-            pos = m.end()
-            while len(pieces) < WRAP_MAX_PIECES and pos < len(data):
-                end = data.find(b"\n", pos)
-                nxt = data[pos : end if end >= 0 else len(data)]
-                if len(nxt) <= width or nxt[:width].strip() or nxt[width : width + 1].isspace():
-                    break
-                body = nxt[width:]
-                pieces.append(body[len(tag) :].lstrip() if tag and body.startswith(tag) else body)
-                pos = end + 1 if end >= 0 else len(data)
-            if len(pieces) > 1:
-                first = data.count(b"\n", 0, m.start())
-                self._read_joined(
-                    chunk, first, b" ".join(p.rstrip() for p in pieces), len(pieces), now, signals
-                )
+        seen: set[int] = set()
+        hit = data.find(_CONTINUATION)
+        while hit >= 0:
+            head_start = data.rfind(b"\n", 0, hit) + 1  # the line before the continuation
+            while head_start > 0 and data.startswith(_CONTINUATION[1:], head_start):
+                head_start = data.rfind(b"\n", 0, head_start - 1) + 1  # continuations of continuations
+            if head_start not in seen:
+                seen.add(head_start)
+                self._join_message(chunk, head_start, now, signals)
+            hit = data.find(_CONTINUATION, hit + 1)
+
+    def _join_message(self, chunk: Chunk, start: int, now: datetime, signals: list[Signal]) -> None:
+        """The message whose first line starts at ``start``, when that line is dmesg's: joined with
+        its continuation lines (at most ``WRAP_MAX_PIECES`` lines) and read."""
+        data = chunk.data
+        m = _DMESG_HEAD.match(data, start)
+        if m is None:
+            return
+        width, tag = m.end(1) - start, m.group(2) or b""
+        end = data.find(b"\n", start)
+        if end < 0:
+            return
+        pieces = [data[start:end]]
+        pos = end + 1
+        while len(pieces) < WRAP_MAX_PIECES and pos < len(data):
+            end = data.find(b"\n", pos)
+            nxt = data[pos : end if end >= 0 else len(data)]
+            if len(nxt) <= width or nxt[:width].strip() or nxt[width : width + 1].isspace():
+                break
+            body = nxt[width:]
+            pieces.append(body[len(tag) :].lstrip() if tag and body.startswith(tag) else body)
+            pos = end + 1 if end >= 0 else len(data)
+        if len(pieces) > 1:
+            joined = b" ".join(p.rstrip() for p in pieces)
+            self._read_joined(chunk, data.count(b"\n", 0, start), joined, len(pieces), now, signals)
 
     def _read_joined(
         self, chunk: Chunk, first: int, text: bytes, pieces: int, now: datetime, signals: list[Signal]
