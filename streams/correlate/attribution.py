@@ -262,6 +262,16 @@ def _job_node(name: str, topology: JobTopology | None) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+def on_the_only_node(root: Signal, topology: JobTopology | None) -> Signal:
+    """A fault that names no node, of a kind that is some node's (its rule isolates one), in a job
+    that ran on one node only: that node's. A PBS job's mail says "job preempted (node failure)"
+    and, a few lines up, the one host it ran on; a scheduler's reason text says a node rebooted
+    but not which. A job on several nodes leaves the culprit open."""
+    if root.node is not None or root.isolation == "none" or topology is None or len(topology.nodes) != 1:
+        return root
+    return root.model_copy(update={"node": topology.nodes[0]})
+
+
 def placed(root: Signal, topology: JobTopology | None, place: PlaceOf | None) -> Signal:
     """A training-log root that names its rank is about the node and GPU that rank runs on, which is
     not the host that shipped the line when one host collects the job's output (srun on the batch
@@ -601,7 +611,7 @@ def attribute(
     if picked is None:
         return None
     root, roots, demoted = picked
-    root = with_dead_peer(placed(root, topology, place), window, topology)
+    root = on_the_only_node(with_dead_peer(placed(root, topology, place), window, topology), topology)
     root, skewed = _with_version_skew(with_block_layout(root, window, topology), window)
     cascades = [t for t in window.tallies.values() if t.samples and t.samples[0].role == Role.CASCADE]
     is_cascade_root = root.role == Role.CASCADE

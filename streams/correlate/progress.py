@@ -52,7 +52,7 @@ NCCL_TIMEOUT_RULES = (
     "nccl.blocking_wait_timeout",
 )
 JOB_ENDING_RULES = ("slurm.job_complete", "slurm.job_requeued")
-JOB_STARTING_RULES = ("slurm.job_allocated", "slurm.job_started_backfill")
+JOB_STARTING_RULES = ("slurm.job_allocated", "slurm.job_started_backfill", "scheduler.pbs_exec_host")
 
 
 def is_checkpoint_save(signal: Signal) -> bool:
