@@ -403,7 +403,12 @@ def _culprit(
     victims: bool,
 ) -> Culprit | None:
     if is_cascade_root:
-        return _silent_rank(window, topology, place)
+        # a suspect, never a verdict (nothing is isolated on a cascade): the rank every other rank
+        # waited for, else the one peer every survivor says went away
+        if (silent := _silent_rank(window, topology, place)) is not None:
+            return silent
+        peer = _named_peer(window, topology)
+        return Culprit(node=peer) if peer is not None else None
     if victims:
         return None  # the rank that reported the barrier's timeout is one that arrived
     return Culprit(node=root.node, gpu=root.gpu, rank=root.rank)

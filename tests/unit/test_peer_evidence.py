@@ -122,3 +122,14 @@ def test_an_internal_error_of_the_same_release_everywhere_is_not_the_nodes_fault
     ]
     v = _verdict(sigs, _topology())
     assert (v.category, v.restartable, v.isolate) == (Category.SYSTEM_SOFTWARE, False, [])
+
+
+def test_a_log_of_victims_only_names_the_dead_peer_as_a_suspect_and_isolates_nothing():
+    # pt-150916 in the given set: every survivor's NCCL error and the peer they all say went away
+    v = _verdict(_peer_closed("gpu-03"), _topology())
+    assert (v.category, v.culprit.node if v.culprit else None, v.isolate) == (Category.UNKNOWN, "gpu-03", [])
+    mixed = [
+        *_peer_closed("gpu-03", 2),
+        *_lines("socketProgress: Connection closed by remote peer gpu-04<1>"),
+    ]
+    assert _verdict(mixed, _topology()).culprit is None  # survivors that disagree name nobody
