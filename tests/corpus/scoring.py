@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,33 @@ class Outcome:
     want_isolate: bool
     got_isolate: bool
     rule: str | None
+    want_culprit: str | None = None
+    got_culprit: str | None = None
+
+    @property
+    def culprit_named(self) -> bool:
+        """The verdict's culprit names what the label's does: one of its PCI addresses (the bus and
+        device; the function and the domain's zeros aside), ranks or host names. Only for a case
+        whose label names a culprit."""
+        return culprit_named(self.want_culprit or "", self.got_culprit or "")
+
+
+_PCI = re.compile(r"(?:[0-9a-f]{4,8}:)?([0-9a-f]{2}:[0-9a-f]{2})(?:\.[0-7])?", re.IGNORECASE)
+_RANK = re.compile(r"\brank (\d+)", re.IGNORECASE)
+_HOST = re.compile(r"[A-Za-z][A-Za-z0-9-]*\d[A-Za-z0-9.-]*")
+
+
+def culprit_named(want: str, got: str) -> bool:
+    """Whether ``got`` names one of the things ``want`` names (``Outcome.culprit_named``)."""
+    pci_want = {m.lower() for m in _PCI.findall(want)}
+    if pci_want & {m.lower() for m in _PCI.findall(got)}:
+        return True
+    if set(_RANK.findall(want)) & set(_RANK.findall(got)):
+        return True
+    rest = _PCI.sub(" ", want)
+    hosts = {h.split(".")[0].lower() for h in _HOST.findall(rest)}
+    got_hosts = {h.split(".")[0].lower() for h in _HOST.findall(_PCI.sub(" ", got))}
+    return bool(hosts & got_hosts)
 
 
 def rate(outcomes: list[Outcome], ok: Callable[[Outcome], bool]) -> float:
@@ -53,6 +81,8 @@ def score(tmp: Path, corpus: Path = CORPUS) -> list[Outcome]:
                 want_isolate=bool(case["isolate_node"]),
                 got_isolate=bool(s["isolate"]),
                 rule=root["rule"] if isinstance(root, dict) else None,
+                want_culprit=case.get("culprit"),
+                got_culprit=str(s["culprit"]) if s.get("culprit") else None,
             )
         )
     return out

@@ -53,3 +53,24 @@ def test_isolation_advice_stays_above_its_floor(outcomes):
 def test_no_healthy_node_is_ever_isolated(outcomes):
     wrong = [o.id for o in outcomes if o.got_isolate and not o.want_isolate]
     assert wrong == [], table(outcomes)
+
+
+def test_the_culprit_matcher_reads_addresses_ranks_and_hosts():
+    from tests.corpus.scoring import culprit_named
+
+    assert culprit_named("GPU 7 (PCI:0000:db:00)", "GPU 0000:db:00")  # bus:device, function aside
+    assert culprit_named("rank 39", "rank 39")
+    assert culprit_named("ip-172-31-45-209", "ip-172-31-45-209.eu-north-1.compute.internal")
+    assert not culprit_named("c016", "c015")
+    assert not culprit_named("GPU 0000:b3:00.0", "")
+
+
+def test_the_culprit_the_thread_names_is_named(outcomes):
+    """18 cases name a culprit (a host, a GPU's PCI address, a rank); 11 are named, 7 before
+    2026-12-02 (then: dmesg's continued lines, a PBS job's one host, the dead peer of a log of
+    victims, NCCL's suspect rank)."""
+    named = [o for o in outcomes if o.want_culprit]
+    assert len(named) == 18
+    assert rate(named, lambda o: o.culprit_named) >= 0.6, [
+        (o.id, o.want_culprit, o.got_culprit) for o in named
+    ]

@@ -75,3 +75,11 @@ def test_only_two_known_cases_isolate_a_healthy_node(outcomes):
       nccl#976 here, all isolating the host), and the log cannot tell the two apart."""
     wrong = [o.id for o in outcomes if o.got_isolate and not o.want_isolate]
     assert wrong == ["azurehpc-health-checks-162-ncv5-nvlink-by-design", "pt-150852"], table(outcomes)
+
+
+def test_the_culprit_the_thread_names_is_named_no_less_often(outcomes):
+    """63 cases name a culprit, most in words no log line has ("the node the maintainer drained");
+    11 are named (10 before 2026-12-02)."""
+    named = [o for o in outcomes if o.want_culprit]
+    assert len(named) == 63
+    assert sum(o.culprit_named for o in named) >= 11, [(o.id, o.want_culprit, o.got_culprit) for o in named]
