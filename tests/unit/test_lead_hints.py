@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from schemas.incidents import Category
-from streams.correlate.attribution import attribute
+from streams.correlate.attribution import Verdict, attribute
 from streams.correlate.correlator import add_signal, window_from
 from tests.factories import T0, job_output, nccl_timeout, one, signals
 
@@ -31,6 +31,14 @@ def _signals(*lines: str, timeout: bool = False):
     if timeout:
         out.append(one(nccl_timeout("gpu-02", 1, "7", T0 + timedelta(seconds=9)), offset=99))
     return out
+
+
+def _verdict(*lines: str) -> Verdict:
+    window = window_from(_signals(*lines), cluster="c", job_id="7", now=T0)
+    assert window is not None
+    v = attribute(window, None)
+    assert v is not None
+    return v
 
 
 def test_host_ram_nearly_full_alone_is_an_application_lead_with_nothing_isolated():
@@ -86,10 +94,7 @@ def test_a_store_nobody_can_reach_is_an_infrastructure_lead_and_a_refused_one_is
         "[W socket.cpp:663] [c10d] The client socket has failed to connect to "
         "[::ffff:255.255.0.0]:29500 (errno: 110 - Connection timed out)."
     )
-    window = window_from(_signals(unreachable), cluster="c", job_id="7", now=T0)
-    assert window is not None
-    v = attribute(window, None)
-    assert v is not None
+    v = _verdict(unreachable)
     assert (v.root.rule, v.category, v.restartable, v.isolate) == (
         "infra.store_unreachable",
         Category.INFRASTRUCTURE,
@@ -108,10 +113,7 @@ TRACEBACK = [
 
 
 def test_a_traceback_cut_before_its_exception_line_is_an_application_lead():
-    window = window_from(_signals(*TRACEBACK), cluster="c", job_id="7", now=T0)
-    assert window is not None
-    v = attribute(window, None)
-    assert v is not None
+    v = _verdict(*TRACEBACK)
     assert (v.root.rule, v.category, v.restartable, v.isolate) == (
         "framework.python_traceback",
         Category.APPLICATION,
@@ -128,10 +130,7 @@ def test_the_exception_line_is_the_root_and_the_frames_come_last_in_the_evidence
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
         "ValueError: the collator saw an empty batch",
     ]
-    window = window_from(_signals(*lines), cluster="c", job_id="7", now=T0)
-    assert window is not None
-    v = attribute(window, None)
-    assert v is not None
+    v = _verdict(*lines)
     assert v.root.rule == "cuda.out_of_memory"
     assert [e.rule for e in v.evidence] == [
         "cuda.out_of_memory",
