@@ -262,12 +262,18 @@ def _job_node(name: str, topology: JobTopology | None) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+_HARDWARE = (Category.HARDWARE_GPU, Category.HARDWARE_HOST, Category.HARDWARE_NETWORK)
+
+
 def on_the_only_node(root: Signal, topology: JobTopology | None) -> Signal:
-    """A fault that names no node, of a kind that is some node's (its rule isolates one), in a job
-    that ran on one node only: that node's. A PBS job's mail says "job preempted (node failure)"
-    and, a few lines up, the one host it ran on; a scheduler's reason text says a node rebooted
-    but not which. A job on several nodes leaves the culprit open."""
-    if root.node is not None or root.isolation == "none" or topology is None or len(topology.nodes) != 1:
+    """A fault that names no node, of a kind that is some node's (its rule isolates one, or it is a
+    hardware fault), in a job that ran on one node only: that node's. A PBS job's mail says "job
+    preempted (node failure)" and, a few lines up, the one host it ran on; a pasted dmesg line
+    names a GPU but no host. The rule still decides what is isolated: a mail's node failure names
+    the culprit and drains nothing. A job on several nodes leaves the culprit open."""
+    if root.node is not None or topology is None or len(topology.nodes) != 1:
+        return root
+    if root.isolation == "none" and root.category not in _HARDWARE:
         return root
     return root.model_copy(update={"node": topology.nodes[0]})
 

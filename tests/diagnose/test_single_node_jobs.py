@@ -1,6 +1,7 @@
 """A node fault that names no node, in a job that ran on one node, is that node's
 (``attribution.on_the_only_node``): cBio's PBS mail (cbio#187 in the given set) names the one host
-in ``Exec host:`` and the failure as "job preempted (node failure)"."""
+in ``Exec host:`` and the failure as "job preempted (node failure)". The rule still decides what is
+drained: nothing, on a mail, whose shipper is not the node."""
 
 from __future__ import annotations
 
@@ -26,15 +27,14 @@ def _verdict(tmp_path: Path, lines: list[str]) -> dict[str, object]:
     return summary(Diagnoser().run([str(path)], NOW))
 
 
-def test_a_pbs_node_failure_of_a_one_host_job_isolates_that_host(tmp_path: Path):
+def test_a_pbs_node_failure_of_a_one_host_job_names_that_host(tmp_path: Path):
     v = _verdict(tmp_path, MAIL)
-    assert (v["category"], v["culprit"], v["isolate"]) == ("hardware_host", "gpu-2-17", ["gpu-2-17"])
+    assert (v["category"], v["culprit"], v["isolate"]) == ("hardware_host", "gpu-2-17", [])
 
 
 def test_a_job_on_several_hosts_leaves_the_node_open(tmp_path: Path):
-    # a node failed, but which one the mail does not say: the operator is told to find it
     v = _verdict(tmp_path, [line.replace("gpu-2-17/5", "gpu-2-17/5+gpu-2-18/0") for line in MAIL])
-    assert (v["category"], v["culprit"], v["isolate"]) == ("hardware_host", None, ["unknown-node"])
+    assert (v["category"], v["culprit"], v["isolate"]) == ("hardware_host", None, [])
 
 
 def test_a_fault_of_no_node_stays_without_one(tmp_path: Path):

@@ -223,3 +223,25 @@ def test_a_preemption_submitit_caught_is_the_scheduler_and_worth_a_restart():
 
 def test_a_nic_the_kernel_cannot_bring_up_takes_its_node_out():
     assert _outcome(MLX5_PROBE) == ("network.mlx5_probe_failed", Category.HARDWARE_NETWORK, True, ["gpu-01"])
+
+
+def test_a_node_s_reason_text_shipped_from_another_host_drains_nothing():
+    """`Reason=gres/gpu count reported lower than configured (3 < 4)` as scontrol prints it on a
+    login node: a GPU is gone, but the line's host is not the node; slurmctld's own line names it."""
+    from datetime import UTC, datetime
+
+    from schemas.raw import LogLine
+    from streams.extract.extractor import Extractor
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    ex = Extractor()
+    reason = "   Reason=gres/gpu count reported lower than configured (3 < 4) [slurm@2026-07-28T17:13:24]"
+    (sig,) = ex.extract(LogLine(text=reason, adapter="plain", host="login01"), now)
+    assert (sig.rule, sig.category, sig.isolation) == (
+        "scheduler.slurm_gpu_count_low_reason",
+        "hardware_gpu",
+        "none",
+    )
+    ctld = "error: Setting node gpu-07 state to INVAL with reason:gres/gpu count reported lower than configured (7 < 8)"
+    (sig,) = ex.extract(LogLine(text=ctld, adapter="plain", host="slurmctl01"), now)
+    assert (sig.rule, sig.node, sig.isolation) == ("scheduler.slurm_gpu_count_low", "gpu-07", "node")
