@@ -407,11 +407,12 @@ def _culprit(
     place: PlaceOf | None,
     is_cascade_root: bool,
     victims: bool,
+    finished: bool = False,
 ) -> Culprit | None:
     if is_cascade_root:
         # a suspect, never a verdict (nothing is isolated on a cascade): the rank every other rank
-        # waited for, else the one peer every survivor says went away
-        if (silent := _silent_rank(window, topology, place)) is not None:
+        # waited for, else (a finished log only) the one peer every survivor says went away
+        if (silent := _silent_rank(window, topology, place)) is not None or not finished:
             return silent
         peer = _named_peer(window, topology)
         return Culprit(node=peer) if peer is not None else None
@@ -616,8 +617,16 @@ def _confidence(
 
 
 def attribute(
-    window: IncidentWindow, topology: JobTopology | None, place: PlaceOf | None = None
+    window: IncidentWindow,
+    topology: JobTopology | None,
+    place: PlaceOf | None = None,
+    finished: bool = False,
 ) -> Verdict | None:
+    """The verdict on a window. ``finished``: the window is a whole log read after the fact
+    (``sickbay diagnose``), where a log of victims only may also name the peer they all say went
+    away as its suspect. The stream leaves that out: its verdict on a cascade is revised as the
+    burst comes in, and naming a peer there made one scoreboard scenario (a busy rank 0 that the
+    survivors' connections closed on) end as the peer's suspect instead of rank 0's own work."""
     picked = _pick_root(window)
     if picked is None:
         return None
@@ -687,7 +696,11 @@ def attribute(
     if busy is not None:  # nobody hung: one rank's own work outlasted the collective timeout
         root, category, confidence = busy, Category.APPLICATION, 0.6
         evidence = [evidence_of(busy), *evidence][:MAX_EVIDENCE]
-    culprit = None if busy is not None else _culprit(root, window, topology, place, is_cascade_root, victims)
+    culprit = (
+        None
+        if busy is not None
+        else _culprit(root, window, topology, place, is_cascade_root, victims, finished)
+    )
     restartable = True if root.restartable is None else root.restartable
     return Verdict(
         root=root,

@@ -165,7 +165,7 @@ class Diagnoser:
         for sig in signals:
             if sig.role == Role.TOPOLOGY:
                 topology, _ = apply_topology(topology, sig, "diagnose")
-        verdict = attribute(window, topology, places.get) if window is not None else None
+        verdict = attribute(window, topology, places.get, finished=True) if window is not None else None
         if verdict is not None:
             verdict = restart_loop(verdict, signals)
         return Diagnosis(verdict=verdict, signals=signals, report=report, rank_hosts=rank_hosts)

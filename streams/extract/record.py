@@ -47,7 +47,8 @@ def extract_record(
     """Signals of one ``raw.logs`` record (job facts → ``signals.job``, node facts → ``signals.node``
     for the route step), a Vector metric event → ``raw.telemetry``, anything unreadable or a rule
     bug → one dead letter with the reason. Never raises: a bad record must not stop the stream.
-    With a ``quieter``, repeats of a quiet rule's fact are not sent (``quiet.py``). ``literal=False``
+    With a ``quieter``, repeats of a quiet rule's fact are not sent (``quiet.py``); a rule's
+    ``diagnose_only`` signals never are. ``literal=False``
     says no rule literal occurs in the record's bytes (a batch scan found none): it is then only
     checked, not read into lines, where the bytes can vouch for them (:func:`sends_nothing`)."""
     if not literal and sends_nothing(value):
@@ -56,9 +57,10 @@ def extract_record(
         if (sample := parse_metric(value, key_host=key)) is not None:  # Vector metric event
             return [Outgoing("raw_telemetry", sample.node.encode(), sample)]
         out: list[Outgoing] = []
+        skip = extractor.catalog.diagnose_only
         for i, line in enumerate(normalize_all(value, key_host=key)):
             for sig in extractor.extract(line, now, Position(topic, partition, offset, index=i)):
-                if quieter is not None and not quieter.keep(sig):
+                if sig.rule in skip or (quieter is not None and not quieter.keep(sig)):
                     continue
                 if sig.job_id is not None:
                     out.append(Outgoing("signals_job", sig.job_id.encode(), sig))

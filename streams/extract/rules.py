@@ -104,6 +104,10 @@ class Rule(BaseModel):
     # NCCL's "net plugin not found" at every communicator init): the streaming extract stage sends
     # the first and drops the rest (``streams/extract/quiet.py``). ``sickbay diagnose`` keeps all.
     repeat_quiet_s: float | None = Field(default=None, gt=0)
+    # A lead only a finished log can use (``sickbay diagnose``): the streaming extract stage does
+    # not send it. The stream opens no window on a hint, and a live incident gains nothing from it
+    # (a traceback's frames after a failure: each rank's, hundreds of lines).
+    diagnose_only: bool = False
     lookup: str | None = None
     lookup_key: str | None = None
     examples: list[Example] = Field(min_length=2)
@@ -163,6 +167,7 @@ class Catalog:
 
         # One multi-literal scan decides which rules a line can match (hyperscan when installed).
         self.prefilter = Prefilter.from_catalog(self)
+        self.diagnose_only = frozenset(r.id for r in self.rules if r.diagnose_only)
 
     def by_id(self, rule_id: str) -> Rule:
         for rule in self.rules:

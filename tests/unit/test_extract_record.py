@@ -87,3 +87,14 @@ def test_the_batched_stage_joins_with_the_workers_static_member_id_when_the_depl
     assert conf["enable.auto.commit"] is False  # committed only after the sends are acknowledged
     monkeypatch.setenv("CONSUMER_GROUP_INSTANCE_ID", "sickbay-worker-2")
     assert consumer_settings(s)["group.instance.id"] == "sickbay-worker-2"
+
+
+def test_a_diagnose_only_lead_is_not_sent_by_the_stream_but_diagnose_reads_it():
+    from schemas.raw import LogLine
+
+    line = '  File "/opt/app/train.py", line 88, in <module>'
+    assert "framework.python_traceback" in EX.catalog.diagnose_only
+    assert [s.rule for s in EX.extract(LogLine(text=line, adapter="plain"), T0)] == [
+        "framework.python_traceback"
+    ]
+    assert run(codec.dumps({"log": line, "host": "gpu-01", "job_id": "42"})) == []

@@ -124,12 +124,21 @@ def test_an_internal_error_of_the_same_release_everywhere_is_not_the_nodes_fault
     assert (v.category, v.restartable, v.isolate) == (Category.SYSTEM_SOFTWARE, False, [])
 
 
-def test_a_log_of_victims_only_names_the_dead_peer_as_a_suspect_and_isolates_nothing():
+def test_a_finished_log_of_victims_only_names_the_dead_peer_as_a_suspect_and_isolates_nothing():
     # pt-150916 in the given set: every survivor's NCCL error and the peer they all say went away
-    v = _verdict(_peer_closed("gpu-03"), _topology())
+    window = window_from(_peer_closed("gpu-03"), "c1", "42", T0)
+    assert window is not None
+    v = attribute(window, _topology(), finished=True)
+    assert v is not None
     assert (v.category, v.culprit.node if v.culprit else None, v.isolate) == (Category.UNKNOWN, "gpu-03", [])
+    # the stream's verdict on the same window names no suspect (docstring of ``attribute``)
+    live = attribute(window, _topology())
+    assert live is not None and live.culprit is None
     mixed = [
         *_peer_closed("gpu-03", 2),
         *_lines("socketProgress: Connection closed by remote peer gpu-04<1>"),
     ]
-    assert _verdict(mixed, _topology()).culprit is None  # survivors that disagree name nobody
+    window = window_from(mixed, "c1", "42", T0)
+    assert window is not None
+    v = attribute(window, _topology(), finished=True)
+    assert v is not None and v.culprit is None  # survivors that disagree name nobody
