@@ -217,15 +217,21 @@ class Diagnoser:
                 continue
             done.add(first)
             text = b"".join(line_at(i) for i in range(first, last + 1))
-            if len(text) > MAX_LINE_BYTES or b"\x00" in text:
-                continue
-            number = chunk.first + first
             known = set().union(*(rules_at.get(chunk.first + i, set()) for i in range(first, last + 1)))
-            line = _log_line(RawLine(chunk.source, number, text))
-            observed = now + timedelta(microseconds=len(signals) + number)
-            extractor = self.prefilter.extractor_for(self.prefilter.literal_ids(text))
-            found = extractor.extract(line, observed, Position(file=chunk.source, line=number))
+            found = self._read_joined(chunk, chunk.first + first, text, now, len(signals))
             signals.extend(s for s in found if s.rule not in known)
+
+    def _read_joined(self, chunk: Chunk, number: int, text: bytes, now: datetime, seen: int) -> list[Signal]:
+        """The signals of a line joined from pieces (a hard wrap, a dmesg message), numbered as its
+        first piece, ``number``; none for a line too long, binary or without a rule's literal.
+        ``seen``: signals read so far (lines without a time of their own keep their order)."""
+        if len(text) > MAX_LINE_BYTES or b"\x00" in text or not (ids := self.prefilter.literal_ids(text)):
+            return []
+        line = _log_line(RawLine(chunk.source, number, text))
+        observed = now + timedelta(microseconds=seen + number)
+        return self.prefilter.extractor_for(ids).extract(
+            line, observed, Position(file=chunk.source, line=number)
+        )
 
     def _continued(self, chunk: Chunk, now: datetime, signals: list[Signal]) -> None:
         """Kernel messages that ``dmesg`` printed over several lines, read as one. A continuation
@@ -233,33 +239,27 @@ class Diagnoser:
         prefix (15 characters or more); the driver's tag (``NVRM:``) it repeats is dropped. The
         classic "fallen off the bus" message names its GPU only on its first line and says what
         happened only on its last (failure-signatures.md §3.1): read joined, the signal of the last
-        line gets the GPU. A rule the joined line fires that a piece fired too replaces that piece's
-        signal when it names a GPU or node the piece's did not; a rule no piece fired is added.
-        Candidates are found by searching for a newline and 15 blanks (a regex over every line was
-        a tenth of diagnose's time on a large log); most logs have none."""
+        line gets the GPU. Candidates are found by searching for a newline and 15 blanks (a regex
+        over every line was a tenth of diagnose's time on a large log); most logs have none. The
+        search goes on after the message it found, so each message is read once."""
         data = chunk.data
-        seen: set[int] = set()
         hit = data.find(_CONTINUATION)
         while hit >= 0:
-            head_start = data.rfind(b"\n", 0, hit) + 1  # the line before the continuation
-            while head_start > 0 and data.startswith(_CONTINUATION[1:], head_start):
-                head_start = data.rfind(b"\n", 0, head_start - 1) + 1  # continuations of continuations
-            if head_start not in seen:
-                seen.add(head_start)
-                self._join_message(chunk, head_start, now, signals)
-            hit = data.find(_CONTINUATION, hit + 1)
+            after = self._join_message(chunk, data.rfind(b"\n", 0, hit) + 1, now, signals)
+            hit = data.find(_CONTINUATION, max(hit + 1, after - 1))
 
-    def _join_message(self, chunk: Chunk, start: int, now: datetime, signals: list[Signal]) -> None:
+    def _join_message(self, chunk: Chunk, start: int, now: datetime, signals: list[Signal]) -> int:
         """The message whose first line starts at ``start``, when that line is dmesg's: joined with
-        its continuation lines (at most ``WRAP_MAX_PIECES`` lines) and read."""
+        its continuation lines (at most ``WRAP_MAX_PIECES`` lines) and read. A rule the joined line
+        fires that a piece fired too replaces that piece's signal when it names a GPU or node the
+        piece's did not; a rule no piece fired is added. Returns where the message ends (``start``
+        when the line is no dmesg message's first)."""
         data = chunk.data
         m = _DMESG_HEAD.match(data, start)
-        if m is None:
-            return
-        width, tag = m.end(1) - start, m.group(2) or b""
         end = data.find(b"\n", start)
-        if end < 0:
-            return
+        if m is None or end < 0:
+            return start
+        width, tag = m.end(1) - start, m.group(2) or b""
         pieces = [data[start:end]]
         pos = end + 1
         while len(pieces) < WRAP_MAX_PIECES and pos < len(data):
@@ -270,34 +270,24 @@ class Diagnoser:
             body = nxt[width:]
             pieces.append(body[len(tag) :].lstrip() if tag and body.startswith(tag) else body)
             pos = end + 1 if end >= 0 else len(data)
-        if len(pieces) > 1:
-            joined = b" ".join(p.rstrip() for p in pieces)
-            self._read_joined(chunk, data.count(b"\n", 0, start), joined, len(pieces), now, signals)
-
-    def _read_joined(
-        self, chunk: Chunk, first: int, text: bytes, pieces: int, now: datetime, signals: list[Signal]
-    ) -> None:
-        """Read a message joined from its ``pieces`` lines (``_continued``)."""
-        if len(text) > MAX_LINE_BYTES or b"\x00" in text or not (ids := self.prefilter.literal_ids(text)):
-            return
-        number = chunk.first + first
-        lines = range(number, number + pieces)
-        line = _log_line(RawLine(chunk.source, number, text))
-        observed = now + timedelta(microseconds=len(signals) + number)
-        extractor = self.prefilter.extractor_for(ids)
-        for joined in extractor.extract(line, observed, Position(file=chunk.source, line=number)):
+        if len(pieces) == 1:
+            return start
+        number = chunk.first + data.count(b"\n", 0, start)
+        lines = range(number, number + len(pieces))
+        joined = b" ".join(p.rstrip() for p in pieces)
+        for sig in self._read_joined(chunk, number, joined, now, len(signals)):
             same = [
                 k
                 for k, s in enumerate(signals)
-                if s.rule == joined.rule and s.source.file == chunk.source and s.source.line in lines
+                if s.rule == sig.rule and s.source.file == chunk.source and s.source.line in lines
             ]
             if not same:
-                signals.append(joined)
-                continue
+                signals.append(sig)
             for k in same:
                 old = signals[k]
-                if (joined.gpu and not old.gpu) or (joined.node and not old.node):
-                    signals[k] = joined.model_copy(update={"source": old.source, "text": old.text})
+                if (sig.gpu and not old.gpu) or (sig.node and not old.node):
+                    signals[k] = sig.model_copy(update={"source": old.source, "text": old.text})
+        return pos
 
     @staticmethod
     def _blocks(data: bytes, last_host: str | None, rank_hosts: dict[int, str]) -> str | None:
