@@ -4,12 +4,11 @@ gets, and pdsh's prefix names the node."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
-from streams.diagnose.driver import Diagnoser, summary
+from streams.diagnose.driver import summary
+from tests.diagnose.logs import diagnosed
 
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
 KERNEL = [
     "[Sat Feb 13 22:40:01 2021] NVRM: GPU at PCI:0000:db:00: GPU-4a28de72-2645-de9a-eb35-a394cef3f4da",
     "[Sat Feb 13 22:40:04 2021] NVRM: Xid (PCI:0000:db:00): 79, pid=0, GPU has fallen off the bus.",
@@ -23,10 +22,8 @@ TRAINING = [
 ]
 
 
-def _verdict(tmp_path: Path, lines: list[str], name: str = "job.log") -> dict[str, object]:
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return summary(Diagnoser().run([str(path)], NOW))
+def _verdict(tmp_path: Path, lines: list[str]) -> dict[str, object]:
+    return summary(diagnosed(tmp_path, lines))
 
 
 def test_a_pdsh_gathered_kernel_log_isolates_the_node_pdsh_names(tmp_path: Path):

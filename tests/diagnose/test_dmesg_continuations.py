@@ -4,12 +4,11 @@ given set)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
-from streams.diagnose.driver import Diagnoser, summary
+from streams.diagnose.driver import summary
+from tests.diagnose.logs import diagnosed
 
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
 BLOCK = [
     "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
     "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
@@ -21,9 +20,7 @@ BLOCK = [
 def _diagnose(
     tmp_path: Path, lines: list[str]
 ) -> tuple[dict[str, object], list[tuple[str, str | None, int | None]]]:
-    path = tmp_path / "dmesg.txt"
-    path.write_text("\n".join(lines) + "\n")
-    d = Diagnoser().run([str(path)], NOW)
+    d = diagnosed(tmp_path, lines, "dmesg.txt")
     return summary(d), [(s.rule, s.gpu, s.source.line) for s in d.signals]
 
 

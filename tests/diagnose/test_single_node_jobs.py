@@ -5,12 +5,11 @@ drained: nothing, on a mail, whose shipper is not the node."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
-from streams.diagnose.driver import Diagnoser, summary
+from streams.diagnose.driver import summary
+from tests.diagnose.logs import diagnosed
 
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
 MAIL = [
     "PBS Job Id: 2600365.mskcc-fe1.local",
     "Job Name:   STDIN",
@@ -22,9 +21,7 @@ MAIL = [
 
 
 def _verdict(tmp_path: Path, lines: list[str]) -> dict[str, object]:
-    path = tmp_path / "mail.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return summary(Diagnoser().run([str(path)], NOW))
+    return summary(diagnosed(tmp_path, lines, "mail.txt"))
 
 
 def test_a_pbs_node_failure_of_a_one_host_job_names_that_host(tmp_path: Path):
