@@ -46,10 +46,11 @@ _PREFIX = re.compile(
     r"|(?P<host>[A-Za-z][A-Za-z0-9-]*\d[A-Za-z0-9.-]*): )"  # pdsh / clush: a DNS name, no "_"
 )
 # Words with a number that are not nodes: "rank3: ...", "GPU0: ...", "epoch12: ..." (a lower-case
-# "gpu17" is a node name on many clusters)
+# "gpu17" is a node name on many clusters). A host holds no "_" (``_PREFIX``), so "local_rank0" never
+# gets this far.
 _NOT_A_HOST = re.compile(
-    r"GPU\d+|(?i:(?:global_|local_|node_)?(?:rank|cuda|dev|device|task|proc|pid|tid|thread|step|epoch|iter"
-    r"|iteration|layer|stage|batch|shard|line|col|error|warn|warning|info|debug)[-_]?\d+)"
+    r"GPU\d+|(?i:(?:rank|cuda|dev|device|task|proc|pid|tid|thread|step|epoch|iter"
+    r"|iteration|layer|stage|batch|shard|line|col|error|warn|warning|info|debug)-?\d+)"
 )
 MAX_PREFIXES = 3
 
