@@ -185,6 +185,10 @@ class CorrelateStage:
         # second to find the few with pending facts cost more than the route step); same upkeep
         self._pending_nodes: set[str] = set()
         self._pending_built: float | None = None
+        # ended jobs whose look-back and placements wait out the lateness bound (forget_after of
+        # their topology), for the same timer; same upkeep, from the job-topology table
+        self._forgettable: dict[str, datetime] = {}
+        self._forgettable_built: float | None = None
         # jobs whose window took signals in the take being handled (None outside one)
         self._undecided: dict[str, Any] | None = None  # job -> the event it came with
         # job ↔ node assignments learnt in that take, sent packed per partition at its end
@@ -514,6 +518,8 @@ class CorrelateStage:
                     await self.progress.on_tick_for(job_id)
             elif (window := self.parsed_windows.get(job_id)) is not None:
                 await self.on_tick(job_id, window, self.topologies.get(job_id), utcnow())
+            else:
+                self.on_forget_tick(job_id, self.topologies.get(job_id), utcnow())
             return
         try:
             signal = Signal.model_validate(value)
@@ -584,6 +590,7 @@ class CorrelateStage:
             cache.clear()
         self._tickable_built = None
         self._pending_built = None
+        self._forgettable_built = None
 
     def _keep_window(self, job_id: str, window: IncidentWindow) -> None:
         self.parsed_windows.put(job_id, window)
@@ -631,10 +638,18 @@ class CorrelateStage:
         now: datetime,
     ) -> None:
         new_topo, assignments = apply_topology(topo, signal, self.cluster)
-        self.topologies.put(job_id, new_topo)
         just_ended = new_topo.ended_at is not None and (topo is None or topo.ended_at is None)
         if just_ended and (window is None or window.closed):
-            self.drop_job_state(job_id)  # no incident left to attribute (else: when its window goes)
+            # No incident left to attribute (else: when its window goes), but evidence routed
+            # through a node's logs may still be on its way: the state waits out the lateness bound
+            forget_after = now + self.lateness
+            new_topo = new_topo.model_copy(update={"forget_after": forget_after})
+            self._forgettable[job_id] = forget_after
+        elif topo is not None and topo.forget_after is not None and new_topo.attempt != topo.attempt:
+            # a new attempt before the bound: the ended one's hints and placements are not its own
+            self.drop_job_state(job_id)
+            self._forgettable.pop(job_id, None)
+        self.topologies.put(job_id, new_topo)
         if self._assignments is not None:  # inside a take: sent packed at its end
             self._assignments.extend(assignments)
         else:
@@ -655,12 +670,25 @@ class CorrelateStage:
         if after.closed and now - after.last_signal_at > self.lateness:
             self._drop_window(job_id)
             if topo is not None and topo.ended_at is not None:
-                self.drop_job_state(job_id)
+                self._forget(job_id, topo)
         elif after is not window:
             # ``tick`` hands back the same window when nothing changed, which is most ticks: every open
             # window is ticked each second, and rewriting its tens of KB to the store and the changelog
             # each time cost a few % of the worker and most of the changelog's volume
             self._keep_window(job_id, after)
+
+    def on_forget_tick(self, job_id: str, topo: JobTopology | None, now: datetime) -> None:
+        """A tick for an ended job with no window: past its bound, its look-back and placements go."""
+        if topo is None or topo.forget_after is None:
+            self._forgettable.pop(job_id, None)
+        elif now >= topo.forget_after:
+            self._forget(job_id, topo)
+
+    def _forget(self, job_id: str, topo: JobTopology) -> None:
+        self.drop_job_state(job_id)
+        self._forgettable.pop(job_id, None)
+        if topo.forget_after is not None:
+            self.topologies.put(job_id, topo.model_copy(update={"forget_after": None}))
 
     async def send_ticks(self) -> None:
         """Timer body: it may not change tables, so it asks the streams to tick each live window
@@ -681,6 +709,16 @@ class CorrelateStage:
             self._tickable_built = time.monotonic()
         for job_id, (closed, last_signal_at) in list(self._tickable.items()):
             if not closed or now - last_signal_at > self.lateness:
+                await self.t.ticks_job.send(key=job_id.encode(), value={"tick": True, "at": now})
+        if _stale(self._forgettable_built):
+            self._forgettable = {
+                job_id: datetime.fromisoformat(raw["forget_after"])
+                for job_id, raw in self.topologies.stored_items()
+                if raw.get("forget_after")
+            }
+            self._forgettable_built = time.monotonic()
+        for job_id, forget_after in list(self._forgettable.items()):
+            if now >= forget_after and job_id not in self._tickable:  # a window's own tick forgets it
                 await self.t.ticks_job.send(key=job_id.encode(), value={"tick": True, "at": now})
 
 

@@ -42,6 +42,11 @@ class JobTopology(BaseModel):
     # the job's history, carried from attempt to attempt: has restarting helped so far (restarts.py)
     failures: list[PastFailure] = Field(default_factory=list)
     last_checkpoint_at: datetime | None = None
+    # Wall time after which the ended attempt's look-back hints and rank placements go (the
+    # lateness bound from its end); None once they went, or while the attempt runs. Evidence
+    # routed through a node's logs can reach the job after the scheduler's end line, and the
+    # window it opens needs them (a busy rank's bar, the rank -> node map of a "[rank22]" error).
+    forget_after: datetime | None = None
 
 
 class RankPlace(BaseModel):

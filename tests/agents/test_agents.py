@@ -617,7 +617,56 @@ async def test_a_finished_job_without_an_incident_leaves_no_rank_placements_behi
         table = pipe.tables["rank_places"]
         assert table.get("43|b0") is not None  # ranks 0-63: one entry
         await agent.put(_as_dict(done), key=b"43")
+        assert table.get("43|b0") is not None  # late evidence may still need it: kept for the bound
+        soon = datetime.now(UTC) + timedelta(seconds=10)
+        with patch("streams.correlate.agent.utcnow", return_value=soon):
+            await agent.put({"tick": True}, key=b"43")
+        assert table.get("43|b0") is not None
+        later = datetime.now(UTC) + pipe.agents["stage"].lateness + timedelta(seconds=1)
+        with patch("streams.correlate.agent.utcnow", return_value=later):
+            await agent.put({"tick": True}, key=b"43")
         assert table.get("43|b0") is None
+        assert pipe.agents["stage"].topologies.get("43").forget_after is None
+
+
+async def test_timeouts_routed_in_after_the_jobs_end_line_still_read_the_busy_ranks_bar(pipe: Pipeline):
+    """The scheduler's end line comes straight to the job, the ranks' output through their node's
+    route step, so the end can overtake the timeouts that came before it. The bar held for the
+    window must still be there when they open it (scoreboard: a busy rank 0 read as unknown)."""
+    stage = pipe.agents["stage"]
+    stage.timing = replace(stage.timing, root_grace_s=0.0)
+    alloc = one(slurmctld_allocate("45", "gpu-[01-02]", T0), offset=1)
+    bar = "Running tokenizer on dataset:  39%|████      | 934449/2336123 [09:41<4:51:49, 323.40 examples/s]"
+    held = one(job_output("gpu-01", "45", T0 + timedelta(minutes=9), bar), offset=2)
+    end = one(slurmctld_line("_job_complete: JobId=45 WEXITSTATUS 1", T0 + timedelta(minutes=11)), offset=3)
+    timeouts = [
+        one(nccl_timeout("gpu-01", r, "45", T0 + timedelta(minutes=10)), offset=10 + r) for r in (1, 2, 3)
+    ]
+    async with pipe.agents["correlate"].test_context() as agent:
+        for sig in [alloc, held, end, *timeouts]:
+            await agent.put(_as_dict(sig), key=b"45")
+        await agent.put({"tick": True}, key=b"45")
+    incidents = [inc for key, inc in pipe.sent["incidents"] if key == b"45"]
+    assert incidents, "the late timeouts opened no incident"
+    last = incidents[-1]
+    assert (last.category, last.culprit) == (Category.APPLICATION, None)
+    assert last.root_cause.rule == "progress.rank_local_work_bar"
+
+
+async def test_a_new_attempt_before_the_bound_starts_without_the_ended_attempts_bars(pipe: Pipeline):
+    alloc = one(slurmctld_allocate("46", "gpu-[01-02]", T0), offset=1)
+    bar = "Running tokenizer on dataset:  39%|████      | 934449/2336123 [09:41<4:51:49, 323.40 examples/s]"
+    held = one(job_output("gpu-01", "46", T0 + timedelta(minutes=9), bar), offset=2)
+    end = one(slurmctld_line("_job_complete: JobId=46 WEXITSTATUS 1", T0 + timedelta(minutes=11)), offset=3)
+    again = one(slurmctld_allocate("46", "gpu-[03-04]", T0 + timedelta(minutes=12)), offset=4)
+    async with pipe.agents["correlate"].test_context() as agent:
+        for sig in [alloc, held, end]:
+            await agent.put(_as_dict(sig), key=b"46")
+        assert pipe.tables["lookback"].get("46") is not None
+        await agent.put(_as_dict(again), key=b"46")
+    assert pipe.tables["lookback"].get("46") is None
+    topo = pipe.agents["stage"].topologies.get("46")
+    assert (topo.attempt, topo.forget_after) == (2, None)
 
 
 async def test_a_bar_printed_before_the_others_timed_out_joins_the_incident_they_open(pipe: Pipeline):
