@@ -234,11 +234,47 @@ def is_lead(s: Signal) -> bool:
     return s.role == Role.HINT and s.context == "lead"
 
 
+PLUGIN_MISSING_RULE = "nccl.net_plugin_missing"
+PLUGIN_LOADED_RULE = "nccl.net_plugin_loaded"
+
+
+def plugin_skew(window: IncidentWindow) -> Signal | None:
+    """Some of the job's nodes load an NCCL network plugin and others fall back to NCCL's internal
+    one: the nodes' software stacks differ, and ranks that pick different transports cannot talk
+    (NVIDIA/nccl#1634: runs hung whenever they mixed nodes with and without libnccl-net.so). Either
+    line alone is fine; together they explain a failure nothing else does. The nodes without the
+    plugin stand as the root: system software, not restartable until the stack is made the same,
+    nothing drained (installing the plugin is the fix, not losing the node)."""
+    missing, loaded = window.tallies.get(PLUGIN_MISSING_RULE), window.tallies.get(PLUGIN_LOADED_RULE)
+    if missing is None or loaded is None or not missing.samples or not loaded.nodes:
+        return None
+    without = sorted(n for n in missing.nodes if n not in loaded.nodes)
+    if not without:
+        return None
+    sample = next((s for s in missing.samples if s.node in without), missing.samples[0])
+    return sample.model_copy(
+        update={
+            "role": Role.ROOT_CANDIDATE,
+            "category": Category.SYSTEM_SOFTWARE,
+            "restartable": False,
+            "isolation": "none",
+            "weight": 30,
+            "summary": (
+                f"NCCL network plugin missing on {', '.join(without[:4])} while "
+                f"{', '.join(sorted(loaded.nodes)[:4])} {'loads' if len(loaded.nodes) == 1 else 'load'} "
+                "one: the nodes' software stacks differ"
+            ),
+        }
+    )
+
+
 def _pick_root(window: IncidentWindow) -> tuple[Signal, list[Signal], list[Signal]] | None:
     """The root, the remaining candidates, and those context demoted to supporting evidence."""
     roots, demoted = contextualise(window.roots)
     if roots:
         root = min(roots, key=_root_key)
+    elif (skew := plugin_skew(window)) is not None:
+        root = skew  # it explains the cascade: ranks on either side of the skew waited on each other
     else:
         heads = [t.samples[0] for t in window.tallies.values() if t.samples]
         stand_ins = [s for s in heads if s.role == Role.CASCADE] or [s for s in heads if is_lead(s)]

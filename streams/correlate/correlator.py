@@ -27,7 +27,15 @@ from datetime import datetime, timedelta
 
 from schemas.incidents import Incident, IncidentStatus
 from schemas.signals import JobNodeAssignment, Role, Signal
-from streams.correlate.attribution import PlaceOf, Verdict, attribute, is_lead, root_cause
+from streams.correlate.attribution import (
+    PLUGIN_LOADED_RULE,
+    PLUGIN_MISSING_RULE,
+    PlaceOf,
+    Verdict,
+    attribute,
+    is_lead,
+    root_cause,
+)
 from streams.correlate.progress import JOB_STARTING_RULES
 from streams.correlate.restarts import with_history
 from streams.correlate.state import SAMPLES_PER_RULE, IncidentWindow, JobTopology, RuleTally
@@ -267,8 +275,11 @@ def window_from(signals: list[Signal], cluster: str, job_id: str, now: datetime)
         (s for s in signals if s.role in (Role.ROOT_CANDIDATE, Role.CASCADE, Role.CONFIRMATION, Role.HINT)),
         key=lambda s: s.event_time,
     )
-    opening = next((s for s in ordered if s.role in OPENING_ROLES), None) or next(
-        (s for s in ordered if is_lead(s)), None
+    skewed = any(s.rule == PLUGIN_LOADED_RULE for s in ordered)  # attribution.plugin_skew decides
+    opening = (
+        next((s for s in ordered if s.role in OPENING_ROLES), None)
+        or next((s for s in ordered if is_lead(s)), None)
+        or next((s for s in ordered if skewed and s.rule == PLUGIN_MISSING_RULE), None)
     )
     if opening is None:
         return None
