@@ -348,7 +348,10 @@ def demo(
 @app.command()
 def diagnose(
     paths: Annotated[
-        list[str], typer.Argument(help="files, folders (recursive), - for stdin; plain or gzip")
+        list[str],
+        typer.Argument(
+            help="files, folders (recursive), - for stdin; plain, gzip, bzip2 or xz (zstd with zstandard)"
+        ),
     ],
     fmt: Annotated[str, typer.Option("--format", help="text or json")] = "text",
     colour: Annotated[bool | None, typer.Option("--colour/--no-colour", help="default: on a TTY")] = None,
@@ -375,6 +378,8 @@ def diagnose(
     if show_progress:
         sys.stderr.write("\n")
     if fmt == "json":
+        for problem in result.report.problems:  # stdout keeps the one JSON line
+            typer.echo(f"warning: {problem}", err=True)
         typer.echo(codec.dumps(summary(result)).decode())
     else:
         typer.echo(render_text(result, colour=sys.stdout.isatty() if colour is None else colour))

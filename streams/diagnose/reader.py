@@ -1,24 +1,33 @@
-"""Read log inputs for diagnose: files, folders (recursively), ``-`` for stdin; plain or gzip.
+"""Read log inputs for diagnose: files, folders (recursively), ``-`` for stdin; plain, gzip,
+bzip2 or xz (what logrotate's ``compresscmd`` and support bundles use), told by their magic bytes.
 
 Whatever comes in, nothing crashes: binary junk, over-long lines, invalid
-UTF-8, a truncated gzip stream or empty input are counted and reported in
-:class:`ReadReport`, and every readable line is still read.
+UTF-8, a truncated or corrupt compressed stream or empty input are counted and reported in
+:class:`ReadReport`, and every readable line is still read. A zstd file is read when the
+``zstandard`` package is installed; without it the report says so instead of finding nothing in
+the compressed bytes.
 """
 
 from __future__ import annotations
 
+import bz2
 import io
+import lzma
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from streams.extract.carriers import clean_chunk
 
 MAX_LINE_BYTES = 1 << 20
 CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
+BZIP2_MAGIC = b"BZh"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 @dataclass
@@ -69,30 +78,66 @@ def _open(source: str) -> io.BufferedReader:
     return open(source, "rb")
 
 
-def _gunzip(fh: io.BufferedReader, source: str, report: ReadReport) -> Iterator[bytes]:
+# magic bytes -> (format name, a new streaming decompressor, the errors a corrupt stream raises)
+_FORMATS: list[tuple[bytes, str, Callable[[], Any], tuple[type[Exception], ...]]] = [
+    (GZIP_MAGIC, "gzip", lambda: zlib.decompressobj(wbits=31), (zlib.error,)),
+    (BZIP2_MAGIC, "bzip2", bz2.BZ2Decompressor, (OSError, ValueError)),
+    (XZ_MAGIC, "xz", lzma.LZMADecompressor, (lzma.LZMAError,)),
+]
+
+
+def _decompress(
+    fh: io.BufferedReader,
+    source: str,
+    report: ReadReport,
+    name: str,
+    new: Callable[[], Any],
+    errors: tuple[type[Exception], ...],
+) -> Iterator[bytes]:
     """Decompress as we go, so a truncated or corrupt stream still yields everything before the damage."""
-    d = zlib.decompressobj(wbits=31)
+    d = new()
     while block := fh.read(CHUNK // 4):
         while block:
             try:
                 out = d.decompress(block)
-            except zlib.error as exc:
-                report.problems.append(f"{source}: stopped reading, corrupt gzip data ({exc})")
+            except errors as exc:
+                report.problems.append(f"{source}: stopped reading, corrupt {name} data ({exc})")
                 return
             if out:
                 yield out
             block = d.unused_data if d.eof else b""
-            if d.eof and block:  # another gzip member follows (concatenated .gz files)
-                d = zlib.decompressobj(wbits=31)
+            if d.eof and block:  # another member follows (concatenated files, pigz/pbzip2 output)
+                d = new()
     if not d.eof:
-        report.problems.append(f"{source}: truncated gzip stream (read what was there)")
+        report.problems.append(f"{source}: truncated {name} stream (read what was there)")
+
+
+def _zstd() -> tuple[Callable[[], Any], tuple[type[Exception], ...]] | None:
+    try:
+        import zstandard  # type: ignore[import-not-found]  # optional: not a dependency
+    except ImportError:
+        return None
+    return (lambda: zstandard.ZstdDecompressor().decompressobj()), (zstandard.ZstdError,)
 
 
 def _chunks(fh: io.BufferedReader, source: str, report: ReadReport) -> Iterator[bytes]:
-    """Large chunks of the (decompressed) content; a gzip stream is told by its magic bytes."""
-    stream = (
-        _gunzip(fh, source, report) if fh.peek(2)[:2] == GZIP_MAGIC else iter(lambda: fh.read(CHUNK), b"")
-    )
+    """Large chunks of the (decompressed) content; a compressed stream is told by its magic bytes."""
+    head = fh.peek(6)[:6]
+    stream: Iterator[bytes] | None = None
+    for magic, name, new, errors in _FORMATS:
+        if head.startswith(magic):
+            stream = _decompress(fh, source, report, name, new, errors)
+            break
+    if stream is None and head.startswith(ZSTD_MAGIC):
+        if (zstd := _zstd()) is None:
+            report.problems.append(
+                f"{source}: zstd-compressed, not read "
+                "(decompress it first: zstd -d, or pip install zstandard)"
+            )
+            return
+        stream = _decompress(fh, source, report, "zstd", *zstd)
+    if stream is None:
+        stream = iter(lambda: fh.read(CHUNK), b"")
     try:
         for chunk in stream:
             report.bytes += len(chunk)
