@@ -21,7 +21,8 @@ and all 211 read 136 / 146 / 185; with round 6 and its rules all 227 read 143 / 
 163 / 175 / 226; with round 8 and its rules all 281 read 179 / 195 / 249; with round 9 and its rules all 296 read
 195 / 210 / 264, and with round 10 all 299 read 195 / 211 / 267. With srun's launch failures and the traceback lead
 (2026-12-02) they read 201 / 215 / 267; with NVML's "Unknown Error" read as NVIDIA's container stack
-(system software), glog/absl failed checks and torchelastic's `got sigval:1` form, 205 / 218 / 267.
+(system software), glog/absl failed checks, torchelastic's `got sigval:1` form and the container
+runtime's driver timeout, 206 / 219 / 268.
 The floors sit just under that; raise them when attribution improves.
 """
 
