@@ -21,8 +21,8 @@ and all 211 read 136 / 146 / 185; with round 6 and its rules all 227 read 143 / 
 163 / 175 / 226; with round 8 and its rules all 281 read 179 / 195 / 249; with round 9 and its rules all 296 read
 195 / 210 / 264, and with round 10 all 299 read 195 / 211 / 267. With srun's launch failures and the traceback lead
 (2026-12-02) they read 201 / 215 / 267; with NVML's "Unknown Error" read as NVIDIA's container stack
-(system software), glog/absl failed checks, torchelastic's `got sigval:1` form and the container
-runtime's driver timeout, 206 / 219 / 268.
+(system software), glog/absl failed checks, torchelastic's `got sigval:1` form, the container
+runtime's driver timeout and NCCL's bootstrap failing with a system error, 208 / 221 / 268.
 The floors sit just under that; raise them when attribution improves.
 """
 
@@ -51,7 +51,7 @@ def test_the_thread_set_is_299_cases_apart_from_the_given_corpus(outcomes):
 
 
 def test_category_accuracy_stays_above_its_floor(outcomes):
-    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.68, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.69, table(outcomes)
 
 
 def test_gpu_faults_are_recognised(outcomes):
@@ -60,7 +60,7 @@ def test_gpu_faults_are_recognised(outcomes):
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.72, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.73, table(outcomes)
 
 
 def test_isolation_advice_stays_above_its_floor(outcomes):
