@@ -349,9 +349,7 @@ def demo(
 def diagnose(
     paths: Annotated[
         list[str],
-        typer.Argument(
-            help="files, folders (recursive), - for stdin; plain, gzip, bzip2 or xz (zstd with zstandard)"
-        ),
+        typer.Argument(help="files, folders (recursive), - for stdin; plain, gzip, bzip2, xz or zstd"),
     ],
     fmt: Annotated[str, typer.Option("--format", help="text or json")] = "text",
     colour: Annotated[bool | None, typer.Option("--colour/--no-colour", help="default: on a TTY")] = None,

@@ -1,11 +1,10 @@
 """Read log inputs for diagnose: files, folders (recursively), ``-`` for stdin; plain, gzip,
-bzip2 or xz (what logrotate's ``compresscmd`` and support bundles use), told by their magic bytes.
+bzip2, xz or zstd (what logrotate's ``compresscmd`` and support bundles use), told by their magic
+bytes.
 
 Whatever comes in, nothing crashes: binary junk, over-long lines, invalid
 UTF-8, a truncated or corrupt compressed stream or empty input are counted and reported in
-:class:`ReadReport`, and every readable line is still read. A zstd file is read when the
-``zstandard`` package is installed; without it the report says so instead of finding nothing in
-the compressed bytes.
+:class:`ReadReport`, and every readable line is still read.
 """
 
 from __future__ import annotations
@@ -19,6 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import zstandard
 
 from streams.extract.carriers import clean_chunk
 
@@ -83,6 +84,7 @@ _FORMATS: list[tuple[bytes, str, Callable[[], Any], tuple[type[Exception], ...]]
     (GZIP_MAGIC, "gzip", lambda: zlib.decompressobj(wbits=31), (zlib.error,)),
     (BZIP2_MAGIC, "bzip2", bz2.BZ2Decompressor, (OSError, ValueError)),
     (XZ_MAGIC, "xz", lzma.LZMADecompressor, (lzma.LZMAError,)),
+    (ZSTD_MAGIC, "zstd", lambda: zstandard.ZstdDecompressor().decompressobj(), (zstandard.ZstdError,)),
 ]
 
 
@@ -112,32 +114,17 @@ def _decompress(
         report.problems.append(f"{source}: truncated {name} stream (read what was there)")
 
 
-def _zstd() -> tuple[Callable[[], Any], tuple[type[Exception], ...]] | None:
-    try:
-        import zstandard  # type: ignore[import-not-found]  # optional: not a dependency
-    except ImportError:
-        return None
-    return (lambda: zstandard.ZstdDecompressor().decompressobj()), (zstandard.ZstdError,)
-
-
 def _chunks(fh: io.BufferedReader, source: str, report: ReadReport) -> Iterator[bytes]:
     """Large chunks of the (decompressed) content; a compressed stream is told by its magic bytes."""
     head = fh.peek(6)[:6]
-    stream: Iterator[bytes] | None = None
-    for magic, name, new, errors in _FORMATS:
-        if head.startswith(magic):
-            stream = _decompress(fh, source, report, name, new, errors)
-            break
-    if stream is None and head.startswith(ZSTD_MAGIC):
-        if (zstd := _zstd()) is None:
-            report.problems.append(
-                f"{source}: zstd-compressed, not read "
-                "(decompress it first: zstd -d, or pip install zstandard)"
-            )
-            return
-        stream = _decompress(fh, source, report, "zstd", *zstd)
-    if stream is None:
-        stream = iter(lambda: fh.read(CHUNK), b"")
+    stream: Iterator[bytes] = next(
+        (
+            _decompress(fh, source, report, name, new, errors)
+            for magic, name, new, errors in _FORMATS
+            if head.startswith(magic)
+        ),
+        iter(lambda: fh.read(CHUNK), b""),
+    )
     try:
         for chunk in stream:
             report.bytes += len(chunk)
