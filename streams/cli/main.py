@@ -376,8 +376,9 @@ def diagnose(
     if show_progress:
         sys.stderr.write("\n")
     if fmt == "json":
-        for problem in result.report.problems:  # stdout keeps the one JSON line
-            typer.echo(f"warning: {problem}", err=True)
+        if result.report.files:  # with no input at all, the error below names the problems
+            for problem in result.report.problems:  # stdout keeps the one JSON line
+                typer.echo(f"warning: {problem}", err=True)
         typer.echo(codec.dumps(summary(result)).decode())
     else:
         typer.echo(render_text(result, colour=sys.stdout.isatty() if colour is None else colour))
