@@ -1,0 +1,73 @@
+"""Verdicts on lines that the tools beside a training job write: UCX (MPI over InfiniBand), NVIDIA's
+Kubernetes device plugin and systemd's view of Fabric Manager. Each rule's examples sit beside it in
+the catalog. These tests pin down what attribution makes of the lines when they come together, as
+they do in real logs (openucx/ucx#5199, #9590; k8s-device-plugin health.go; gpu-operator#610)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from schemas.incidents import Category
+from streams.correlate.attribution import Verdict
+from tests.factories import T0, job_output, verdict
+
+UCX_RETRY = (
+    "[lxbk1127:2330856:0:2330856] ib_mlx5_log.c:177  Transport retry count exceeded on mlx5_0:1/IB "
+    "(synd 0x15 vend 0x81 hw_synd 0/0)"
+)
+SEGV = "Segmentation fault (core dumped)"
+PLUGIN_XID_79 = (
+    "I0523 10:11:12.345678       1 health.go:151] XidCriticalError: Xid=79 on Device="
+    "GPU-5e2b6f1c-8d3a-4c1e-9b7f-0a1d2c3e4f50; marking device as unhealthy."
+)
+PLUGIN_XID_13 = (
+    "I0523 10:11:12.345678       1 health.go:151] XidCriticalError: Xid=13 on Device=GPU-5e2b6f1c; "
+    "marking device as unhealthy."
+)
+WATCHDOG = (
+    "[E ProcessGroupNCCL.cpp:475] [Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600123 milliseconds before timing out."
+)
+FM_CONTROL = (
+    "Nov 15 14:15:47 dgx-03 systemd[1]: nvidia-fabricmanager.service: Control process exited, "
+    "code=exited, status=1/FAILURE"
+)
+NOT_READY = "RuntimeError: CUDA error: system not yet initialized"
+
+
+def _verdict(*lines: str) -> Verdict:
+    return verdict(
+        *(job_output("gpu-01", "7", T0 + timedelta(seconds=i), line) for i, line in enumerate(lines))
+    )
+
+
+def test_ucx_running_out_of_transport_retries_is_the_link_not_the_crash_it_causes():
+    v = _verdict(UCX_RETRY, SEGV)
+    assert v.root.rule == "network.ucx_ib_retry_exceeded"
+    assert v.category == Category.HARDWARE_NETWORK
+    assert v.restartable
+    assert v.isolate == []  # a link: the fabric team's, not a node to drain
+
+
+def test_ucx_names_the_host_that_saw_the_retries_run_out():
+    v = _verdict(UCX_RETRY)
+    assert v.root.node == "lxbk1127"
+
+
+def test_the_device_plugins_critical_xid_is_the_gpu_fault_behind_the_timeouts():
+    v = _verdict(WATCHDOG, PLUGIN_XID_79)
+    assert v.root.rule == "gpu.device_plugin_xid"
+    assert v.category == Category.HARDWARE_GPU
+    assert v.restartable
+
+
+def test_an_application_xid_the_device_plugin_reports_stays_the_application():
+    v = _verdict(PLUGIN_XID_13)
+    assert v.category == Category.APPLICATION
+    assert v.isolate == []
+
+
+def test_fabric_manager_failing_to_start_explains_cuda_not_being_ready():
+    v = _verdict(FM_CONTROL, NOT_READY)
+    assert v.category == Category.SYSTEM_SOFTWARE
+    assert v.root.rule in {"gpu.fabric_manager_failed", "cuda.system_not_ready"}
