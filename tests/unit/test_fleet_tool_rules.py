@@ -1,7 +1,9 @@
-"""Verdicts on lines that the tools beside a training job write: UCX (MPI over InfiniBand), NVIDIA's
-Kubernetes device plugin and systemd's view of Fabric Manager. Each rule's examples sit beside it in
-the catalog. These tests pin down what attribution makes of the lines when they come together, as
-they do in real logs (openucx/ucx#5199, #9590; k8s-device-plugin health.go; gpu-operator#610)."""
+"""Verdicts on lines that the tools and services around a training job write: UCX (MPI over
+InfiniBand), NVIDIA's Kubernetes device plugin, systemd's view of Fabric Manager and the Hugging Face
+Hub's client on a node with no way out. Each rule's examples sit beside it in the catalog. These
+tests pin down what attribution makes of the lines when they come together, as they do in real logs
+(openucx/ucx#5199, #9590; k8s-device-plugin health.go; gpu-operator#610; transformers#10067,
+diffusion-pipe#325)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,27 @@ FM_CONTROL = (
     "code=exited, status=1/FAILURE"
 )
 NOT_READY = "RuntimeError: CUDA error: system not yet initialized"
+HUB_NOT_CACHED = (
+    "[rank0]: huggingface_hub.errors.LocalEntryNotFoundError: An error happened while trying to locate "
+    "the file on the Hub and we cannot find the requested files in the local cache. Please check your "
+    "connection and try again or make sure your Internet connection is on."
+)
+HUB_OSERROR = (
+    "[rank0]: OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find "
+    "it in the cached files and it looks like meta-llama/Llama-2-7b-hf is not the path to a directory "
+    "containing a file named config.json."
+)
+HUB_NO_DNS = (
+    "[rank0]: requests.exceptions.ConnectionError: (MaxRetryError('HTTPSConnectionPool(host=\\'huggingface.co"
+    "\\', port=443): Max retries exceeded with url: /api/models/x/y (Caused by NameResolutionError(\"<urllib3"
+    ".connection.HTTPSConnection object at 0x7f>: Failed to resolve \\'huggingface.co\\' ([Errno -3] "
+    "Temporary failure in name resolution)\"))')"
+)
+MASTER_NO_DNS = "socket.gaierror: [Errno -2] Name or service not known"
+LAUNCHER_EXIT = (
+    "[2025-07-18 13:36:48,710] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python', '-u', "
+    "'train.py'] exits with return code = 1"
+)
 
 
 def _verdict(*lines: str) -> Verdict:
@@ -71,3 +94,23 @@ def test_fabric_manager_failing_to_start_explains_cuda_not_being_ready():
     v = _verdict(FM_CONTROL, NOT_READY)
     assert v.category == Category.SYSTEM_SOFTWARE
     assert v.root.rule in {"gpu.fabric_manager_failed", "cuda.system_not_ready"}
+
+
+def test_a_node_that_cannot_reach_the_hub_with_nothing_cached_is_not_fixed_by_a_restart():
+    v = _verdict(HUB_NOT_CACHED, HUB_OSERROR, LAUNCHER_EXIT)
+    assert v.root.rule == "infra.external_endpoint_unreachable"
+    assert v.category == Category.INFRASTRUCTURE
+    assert not v.restartable
+    assert v.isolate == []
+
+
+def test_the_hubs_host_not_resolving_is_the_missing_way_out_not_a_dns_blip():
+    v = _verdict(HUB_NO_DNS)
+    assert v.root.rule == "infra.external_endpoint_unreachable"
+    assert not v.restartable
+
+
+def test_a_peer_name_that_does_not_resolve_stays_a_restartable_dns_failure():
+    v = _verdict(MASTER_NO_DNS)
+    assert v.root.rule == "infra.dns_failure"
+    assert v.restartable
