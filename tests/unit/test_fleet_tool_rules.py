@@ -1,6 +1,6 @@
 """Verdicts on lines that the tools and services around a training job write: UCX (MPI over
 InfiniBand), NVIDIA's Kubernetes device plugin, systemd's view of Fabric Manager and the Hugging Face
-Hub's client on a node with no way out. Each rule's examples sit beside it in the catalog. These
+Hub's client on a node with no way out, and an object store's client. Each rule's examples sit beside it in the catalog. These
 tests pin down what attribution makes of the lines when they come together, as they do in real logs
 (openucx/ucx#5199, #9590; k8s-device-plugin health.go; gpu-operator#610; transformers#10067,
 diffusion-pipe#325)."""
@@ -51,6 +51,15 @@ HUB_NO_DNS = (
     ".connection.HTTPSConnection object at 0x7f>: Failed to resolve \\'huggingface.co\\' ([Errno -3] "
     "Temporary failure in name resolution)\"))')"
 )
+S3_THROTTLED = (
+    "botocore.exceptions.ClientError: An error occurred (SlowDown) when calling the PutObject operation "
+    "(reached max retries: 4): Please reduce your request rate."
+)
+S3_EXPIRED = (
+    "upload failed: ./ckpt/iter_0001000/model.pt to s3://runs/ckpt/iter_0001000/model.pt An error "
+    "occurred (ExpiredToken) when calling the UploadPart operation: The provided token has expired."
+)
+CHECKPOINT_FAILED = "RuntimeError: checkpoint save failed at iteration 1000"
 MASTER_NO_DNS = "socket.gaierror: [Errno -2] Name or service not known"
 LAUNCHER_EXIT = (
     "[2025-07-18 13:36:48,710] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python', '-u', "
@@ -114,3 +123,16 @@ def test_a_peer_name_that_does_not_resolve_stays_a_restartable_dns_failure():
     v = _verdict(MASTER_NO_DNS)
     assert v.root.rule == "infra.dns_failure"
     assert v.restartable
+
+
+def test_a_throttled_checkpoint_write_is_the_store_and_a_later_restart_goes_through():
+    v = _verdict(S3_THROTTLED, CHECKPOINT_FAILED)
+    assert v.root.rule == "infra.object_store_error"
+    assert v.category == Category.INFRASTRUCTURE
+    assert v.restartable
+
+
+def test_expired_object_store_credentials_are_not_fixed_by_a_restart():
+    v = _verdict(S3_EXPIRED)
+    assert v.category == Category.INFRASTRUCTURE
+    assert not v.restartable
