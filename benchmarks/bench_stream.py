@@ -16,7 +16,7 @@ In one run, on one fresh set of topics (``bench<time>.*``):
     read is the ceiling (a) is compared with. Until 2026-12-02 this read stalled for whole seconds
     (librdkafka's 1 s ``fetch.queue.backoff.ms`` once a partition's local queue was full, and
     ``consume()`` waiting out its timeout for a last batch it could not fill), so the rows before
-    then show 92-238 k/s where the topic reads at about 1.2 M/s: their ratios are not comparable.
+    then show 92-238 k/s where the topic reads at 1.1-1.3 M/s: their ratios are not comparable.
 (c) **incident latency at a sustained rate.** With the worker still running and its state
     loaded, more background traffic and ``--latency-faults`` new fault scenarios are produced
     paced at ``--rate`` events/s for ``--seconds``; for each fault, the time from sending its
