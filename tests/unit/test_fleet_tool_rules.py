@@ -73,6 +73,12 @@ def _verdict(*lines: str) -> Verdict:
     )
 
 
+def _outcome(*lines: str) -> tuple[str, Category, bool]:
+    """The root's rule, the category and whether a restart is the recovery."""
+    v = _verdict(*lines)
+    return v.root.rule, v.category, v.restartable
+
+
 def test_ucx_running_out_of_transport_retries_is_the_link_not_the_crash_it_causes():
     v = _verdict(UCX_RETRY, SEGV)
     assert v.root.rule == "network.ucx_ib_retry_exceeded"
@@ -87,10 +93,7 @@ def test_ucx_names_the_host_that_saw_the_retries_run_out():
 
 
 def test_the_device_plugins_critical_xid_is_the_gpu_fault_behind_the_timeouts():
-    v = _verdict(WATCHDOG, PLUGIN_XID_79)
-    assert v.root.rule == "gpu.device_plugin_xid"
-    assert v.category == Category.HARDWARE_GPU
-    assert v.restartable
+    assert _outcome(WATCHDOG, PLUGIN_XID_79) == ("gpu.device_plugin_xid", Category.HARDWARE_GPU, True)
 
 
 def test_an_application_xid_the_device_plugin_reports_stays_the_application():
@@ -107,32 +110,29 @@ def test_fabric_manager_failing_to_start_explains_cuda_not_being_ready():
 
 def test_a_node_that_cannot_reach_the_hub_with_nothing_cached_is_not_fixed_by_a_restart():
     v = _verdict(HUB_NOT_CACHED, HUB_OSERROR, LAUNCHER_EXIT)
-    assert v.root.rule == "infra.external_endpoint_unreachable"
-    assert v.category == Category.INFRASTRUCTURE
-    assert not v.restartable
-    assert v.isolate == []
+    assert (v.root.rule, v.category, v.restartable) == (
+        "infra.external_endpoint_unreachable",
+        Category.INFRASTRUCTURE,
+        False,
+    )
+    assert v.isolate == []  # every node of such a cluster is the same
 
 
 def test_the_hubs_host_not_resolving_is_the_missing_way_out_not_a_dns_blip():
-    v = _verdict(HUB_NO_DNS)
-    assert v.root.rule == "infra.external_endpoint_unreachable"
-    assert not v.restartable
+    assert _outcome(HUB_NO_DNS) == ("infra.external_endpoint_unreachable", Category.INFRASTRUCTURE, False)
 
 
 def test_a_peer_name_that_does_not_resolve_stays_a_restartable_dns_failure():
-    v = _verdict(MASTER_NO_DNS)
-    assert v.root.rule == "infra.dns_failure"
-    assert v.restartable
+    assert _outcome(MASTER_NO_DNS) == ("infra.dns_failure", Category.INFRASTRUCTURE, True)
 
 
 def test_a_throttled_checkpoint_write_is_the_store_and_a_later_restart_goes_through():
-    v = _verdict(S3_THROTTLED, CHECKPOINT_FAILED)
-    assert v.root.rule == "infra.object_store_error"
-    assert v.category == Category.INFRASTRUCTURE
-    assert v.restartable
+    assert _outcome(S3_THROTTLED, CHECKPOINT_FAILED) == (
+        "infra.object_store_error",
+        Category.INFRASTRUCTURE,
+        True,
+    )
 
 
 def test_expired_object_store_credentials_are_not_fixed_by_a_restart():
-    v = _verdict(S3_EXPIRED)
-    assert v.category == Category.INFRASTRUCTURE
-    assert not v.restartable
+    assert _outcome(S3_EXPIRED) == ("infra.object_store_error", Category.INFRASTRUCTURE, False)
