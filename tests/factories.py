@@ -142,6 +142,13 @@ def verdict(*raws: bytes) -> Verdict:
     return v
 
 
+def output_verdict(*lines: str) -> Verdict:
+    """The attribution of job 7's output lines, as gpu-01 collected them one second apart from T0."""
+    return verdict(
+        *(job_output("gpu-01", "7", T0 + timedelta(seconds=i), line) for i, line in enumerate(lines))
+    )
+
+
 def slurm_action(
     kind: ActionKind, *, dry_run: bool = False, reason: str = "sickbay: test", **fields: Any
 ) -> Action:

@@ -7,11 +7,8 @@ diffusion-pipe#325)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from schemas.incidents import Category
-from streams.correlate.attribution import Verdict
-from tests.factories import T0, job_output, verdict
+from tests.factories import output_verdict
 
 UCX_RETRY = (
     "[lxbk1127:2330856:0:2330856] ib_mlx5_log.c:177  Transport retry count exceeded on mlx5_0:1/IB "
@@ -67,20 +64,14 @@ LAUNCHER_EXIT = (
 )
 
 
-def _verdict(*lines: str) -> Verdict:
-    return verdict(
-        *(job_output("gpu-01", "7", T0 + timedelta(seconds=i), line) for i, line in enumerate(lines))
-    )
-
-
 def _outcome(*lines: str) -> tuple[str, Category, bool]:
     """The root's rule, the category and whether a restart is the recovery."""
-    v = _verdict(*lines)
+    v = output_verdict(*lines)
     return v.root.rule, v.category, v.restartable
 
 
 def test_ucx_running_out_of_transport_retries_is_the_link_not_the_crash_it_causes():
-    v = _verdict(UCX_RETRY, SEGV)
+    v = output_verdict(UCX_RETRY, SEGV)
     assert v.root.rule == "network.ucx_ib_retry_exceeded"
     assert v.category == Category.HARDWARE_NETWORK
     assert v.restartable
@@ -88,7 +79,7 @@ def test_ucx_running_out_of_transport_retries_is_the_link_not_the_crash_it_cause
 
 
 def test_ucx_names_the_host_that_saw_the_retries_run_out():
-    v = _verdict(UCX_RETRY)
+    v = output_verdict(UCX_RETRY)
     assert v.root.node == "lxbk1127"
 
 
@@ -97,19 +88,19 @@ def test_the_device_plugins_critical_xid_is_the_gpu_fault_behind_the_timeouts():
 
 
 def test_an_application_xid_the_device_plugin_reports_stays_the_application():
-    v = _verdict(PLUGIN_XID_13)
+    v = output_verdict(PLUGIN_XID_13)
     assert v.category == Category.APPLICATION
     assert v.isolate == []
 
 
 def test_fabric_manager_failing_to_start_explains_cuda_not_being_ready():
-    v = _verdict(FM_CONTROL, NOT_READY)
+    v = output_verdict(FM_CONTROL, NOT_READY)
     assert v.category == Category.SYSTEM_SOFTWARE
     assert v.root.rule in {"gpu.fabric_manager_failed", "cuda.system_not_ready"}
 
 
 def test_a_node_that_cannot_reach_the_hub_with_nothing_cached_is_not_fixed_by_a_restart():
-    v = _verdict(HUB_NOT_CACHED, HUB_OSERROR, LAUNCHER_EXIT)
+    v = output_verdict(HUB_NOT_CACHED, HUB_OSERROR, LAUNCHER_EXIT)
     assert (v.root.rule, v.category, v.restartable) == (
         "infra.external_endpoint_unreachable",
         Category.INFRASTRUCTURE,

@@ -4,11 +4,8 @@ together, as real logs show them."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from schemas.incidents import Category
-from streams.correlate.attribution import Verdict
-from tests.factories import T0, job_output, verdict
+from tests.factories import output_verdict
 
 SIGKILLED = (
     "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 "
@@ -32,15 +29,9 @@ CHILD_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedErro
 TOPO = "2a8874e7d1e6:2196:2275 [1] graph/xml.h:101 NCCL WARN Attribute arch of node cpu not found"
 
 
-def _verdict(*lines: str) -> Verdict:
-    return verdict(
-        *(job_output("gpu-01", "7", T0 + timedelta(seconds=i), line) for i, line in enumerate(lines))
-    )
-
-
 def _outcome(*lines: str) -> tuple[str, Category, bool, list[str]]:
     """The root's rule, the category, restartable and what to isolate."""
-    v = _verdict(*lines)
+    v = output_verdict(*lines)
     return v.root.rule, v.category, v.restartable, v.isolate
 
 
@@ -54,19 +45,19 @@ def test_a_worker_sigkilled_with_nothing_else_said_reads_as_outgrowing_host_memo
 
 
 def test_a_specific_root_beats_the_sigkill_of_a_worker():
-    v = _verdict(CUDA_OOM, CLOSING, SIGKILLED)
+    v = output_verdict(CUDA_OOM, CLOSING, SIGKILLED)
     assert v.root.rule != "framework.elastic_worker_failed"
     assert v.category == Category.APPLICATION
 
 
 def test_other_exit_codes_stay_a_cascade():
-    v = _verdict(CLOSING, EXIT_1)
+    v = output_verdict(CLOSING, EXIT_1)
     assert v.category == Category.UNKNOWN
     assert v.restartable is True
 
 
 def test_a_gpu_that_needs_a_reset_explains_the_busy_device_printed_before_it():
-    v = _verdict(BUSY, RESET)
+    v = output_verdict(BUSY, RESET)
     assert (v.root.rule, v.category) == ("gpu.reset_required", Category.HARDWARE_GPU)
     assert v.isolate  # the node, as the rule says
 
@@ -99,11 +90,11 @@ def test_the_efa_providers_event_queue_failure_is_system_software_not_worth_a_re
 
 def test_an_efa_request_error_is_a_cascade_that_keeps_the_job_restartable():
     assert _outcome(OFI_REQUEST) == ("network.ofi_request_error", Category.UNKNOWN, True, [])
-    assert _verdict(OFI_REQUEST, EFA_EQ).root.rule == "network.efa_event_queue"
+    assert output_verdict(OFI_REQUEST, EFA_EQ).root.rule == "network.efa_event_queue"
 
 
 def test_an_nccl_error_class_printed_with_its_detail_is_read_by_the_class_rule():
-    v = _verdict(NCCL_CLASS_AND_DETAIL)
+    v = output_verdict(NCCL_CLASS_AND_DETAIL)
     assert (v.root.rule, v.category) == ("nccl.system_error", Category.INFRASTRUCTURE)
 
 
