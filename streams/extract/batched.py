@@ -180,8 +180,8 @@ class BatchedExtract:
         last: dict[tuple[str, int], int] = {}
         by_job: dict[bytes, list[Signal]] = {}
         by_node: dict[bytes, list[Signal]] = {}
-        literal = self.prefilter.records_with_literals([m.value() or b"" for m in msgs])
-        for m, has_literal in zip(msgs, literal, strict=True):
+        found = self.prefilter.record_literals([m.value() or b"" for m in msgs])
+        for m, literals in zip(msgs, found, strict=True):
             if (err := m.error()) is not None:
                 self._consumer_error(err)
                 continue
@@ -189,11 +189,11 @@ class BatchedExtract:
             tp = (m.topic() or self.source, m.partition() or 0)
             first.setdefault(tp, offset)
             last[tp] = offset
-            if not has_literal and sends_nothing(m.value() or b""):
+            if not literals and sends_nothing(m.value() or b""):
                 continue
             # read whole, a literal-free record ``sends_nothing`` could not vouch for too (checking
             # it again inside ``extract_record`` would repeat the JSON load and the model)
-            self._extract(m, tp, offset, now, by_job, by_node)
+            self._extract(m, tp, offset, now, by_job, by_node, literals or None)
         self._produce_signals(by_job, by_node)
         self.records += len(msgs)
         self._settle(first, last)
@@ -207,9 +207,10 @@ class BatchedExtract:
         now: Any,
         by_job: dict[bytes, list[Signal]],
         by_node: dict[bytes, list[Signal]],
+        literals: tuple[int, ...] | None,
     ) -> None:
         """Job signals and node facts wait for the end of the batch (``_produce_signals``); the rest
-        go now."""
+        go now. ``literals``: what the batch scan found in the record (``None``: nothing)."""
         outs = extract_record(
             self.extractor,
             m.value() or b"",
@@ -219,6 +220,7 @@ class BatchedExtract:
             offset,
             now,
             self.quieter,
+            literals,
         )
         for out in hold_job_signals(outs, by_job, by_node):
             self._produce(self.topics[out.dest], out.key, codec.dumps(out.value))

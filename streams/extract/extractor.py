@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -15,6 +16,7 @@ from typing import Any
 
 import hostlist
 
+from schemas.base import as_utc
 from schemas.raw import LogLine
 from schemas.signals import AttrValue, Signal, SourceRef
 from streams.extract.carriers import Carried, strip_colours, uncarried
@@ -30,6 +32,8 @@ _SRUN_LABEL = re.compile(r"^\s*(\d+): ")
 # NCCL's debug prefix names the host: ``host:pid:tid [cudaDev] ...`` (failure-signatures.md §4.2).
 _NCCL_PREFIX = re.compile(r"^(?:\S+\s+){0,3}?([A-Za-z][\w.\-]*):\d+:\d+ \[\d+\] ")
 MAX_TEXT = 4096
+# Whether a signal is wanted, asked before it is built: (rule, job id, node, event time).
+Wanted = Callable[[Rule, str | None, str | None, datetime], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,18 +122,32 @@ class Extractor:
         fields = {k: _cast(v, rule.casts.get(k, "str")) for k, v in m.groupdict().items() if v is not None}
         return fields, m.start()
 
-    def extract(self, line: LogLine, observed: datetime, pos: Position | None = None) -> list[Signal]:
+    def extract(
+        self,
+        line: LogLine,
+        observed: datetime,
+        pos: Position | None = None,
+        wanted: Wanted | None = None,
+        within: tuple[int, ...] | None = None,
+    ) -> list[Signal]:
+        """The line's signals. ``wanted`` (the streaming stage's) is asked before each is built and
+        may decline it (a repeat the stage would drop, a lead only ``diagnose`` uses): a declined
+        signal is not built or returned but still counts as the line's (its group fired, no catch-all
+        speaks), so the other signals are those of a call without ``wanted``. ``within``: literal ids
+        holding every literal of the line's text (``Catalog.candidates``)."""
         pos = pos or Position()
         if "\x1b" in line.text:  # terminal colours hide word boundaries and split literals
             line = line.model_copy(update={"text": strip_colours(line.text)})
+            within = None  # the stripped text may hold a literal the colours split
         text = line.text
         signals: list[Signal] = []
+        fired = False
         fired_groups: set[str] = set()
         prefixes = _Prefixes(line, observed)
-        for rule in self.catalog.candidates(text):
+        for rule in self.catalog.candidates(text, within):
             if rule.group and rule.group in fired_groups:
                 continue
-            if rule.fallback and signals:
+            if rule.fallback and fired:
                 break  # catch-alls come last and only speak when nothing else did
             matched = self.match(rule, text)
             if matched is None and rule.anchored:
@@ -137,11 +155,14 @@ class Extractor:
             if matched is None:
                 continue
             fields, start = matched
+            fired = True
             if rule.group:
                 fired_groups.add(rule.group)
             line_time, line_host = prefixes.time_and_host
             rank_end = start if rule.rank_scope == "before" else None
-            signals.append(self._signal(rule, fields, line, pos, observed, line_time, line_host, rank_end))
+            sig = self._signal(rule, fields, line, pos, observed, line_time, line_host, rank_end, wanted)
+            if sig is not None:
+                signals.append(sig)
         return signals
 
     def _match_carried(self, rule: Rule, carried: Carried | None) -> tuple[dict[str, AttrValue], int] | None:
@@ -162,9 +183,18 @@ class Extractor:
         line_time: datetime | None,
         line_host: str | None,
         rank_end: int | None = None,
-    ) -> Signal:
+        wanted: Wanted | None = None,
+    ) -> Signal | None:
         entry = self._lookup(rule, fields)
-        event_time = line_time or line.event_time or observed
+        event_time = as_utc(line_time or line.event_time or observed)
+        # A line may name the node it is about (a controller reporting a failed node): that node
+        # is the subject, not the host that logged the line.
+        subject = fields.pop("node", None)
+        job_id = fields.pop("job_id", None) or line.job_id
+        node = str(subject) if subject is not None else (line.host or line_host or _nccl_host(line.text))
+        job = str(job_id) if job_id is not None else None
+        if wanted is not None and not wanted(rule, job, node, event_time):
+            return None
         rank = fields.pop("rank", None)
         if rank is None:
             m = (
@@ -179,10 +209,6 @@ class Extractor:
         if (m := _SRUN_LABEL.match(line.text)) is not None:
             task = int(m.group(1))
         gpu = fields.pop("gpu", None)
-        # A line may name the node it is about (a controller reporting a failed node): that node
-        # is the subject, not the host that logged the line.
-        subject = fields.pop("node", None)
-        job_id = fields.pop("job_id", None) or line.job_id
         summary_template = (entry.summary if entry and entry.summary else None) or rule.summary
         all_fields = Fields(fields, gpu=gpu, rank=rank, job_id=job_id)
         if subject is not None:
@@ -207,8 +233,8 @@ class Extractor:
             summary=render(summary_template, all_fields),
             event_time=event_time,
             observed_time=observed,
-            node=str(subject) if subject is not None else (line.host or line_host or _nccl_host(line.text)),
-            job_id=str(job_id) if job_id is not None else None,
+            node=node,
+            job_id=job,
             rank=int(rank) if isinstance(rank, (int, str)) else None,
             gpu=str(gpu) if gpu is not None else None,
             attrs=attrs,

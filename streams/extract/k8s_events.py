@@ -28,6 +28,7 @@ from schemas import codec
 from schemas.raw import LogLine
 from streams.extract.timeparse import parse_rfc3339
 
+EVENT_ADAPTER = "k8s-event"  # the adapter of a line composed from an Event (its JSON, re-encoded)
 JOB_KINDS = frozenset(
     {
         "PyTorchJob", "TrainJob", "MPIJob", "TFJob", "JAXJob", "XGBoostJob", "PaddleJob",
@@ -94,7 +95,7 @@ def subject_update(obj: dict[str, Any]) -> dict[str, Any]:
 
 def event_line(obj: dict[str, Any]) -> LogLine:
     """A bare Event object written to raw.logs (an exporter's own Kafka sink)."""
-    return LogLine(text=codec.dumps(obj).decode(), adapter="k8s-event", **subject_update(obj))
+    return LogLine(text=codec.dumps(obj).decode(), adapter=EVENT_ADAPTER, **subject_update(obj))
 
 
 def with_event_subject(line: LogLine) -> LogLine:

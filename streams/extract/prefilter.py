@@ -290,9 +290,14 @@ class Prefilter:
         return tuple(sorted({i for _s, _e, ids in lines for i in ids}))
 
     def records_with_literals(self, values: Sequence[bytes]) -> list[bool]:
-        """For each record of a batch, whether a literal occurs anywhere in its bytes: one scan of
-        the batch joined by newlines (no literal holds a newline, so none can span two records),
-        not one call per record, whose fixed cost was most of the scan."""
+        """For each record of a batch, whether a literal occurs anywhere in its bytes."""
+        return [bool(ids) for ids in self.record_literals(values)]
+
+    def record_literals(self, values: Sequence[bytes]) -> list[tuple[int, ...]]:
+        """For each record of a batch, the ids of the literals anywhere in its bytes (ascending, ``()``
+        for none; ``literal_ids`` of each record): one scan of the batch joined by newlines (no
+        literal holds a newline, so none can span two records), not one call per record, whose fixed
+        cost was most of the scan."""
         if not values:
             return []
         starts: list[int] = []
@@ -301,9 +306,10 @@ class Prefilter:
             starts.append(pos)
             pos += len(value) + 1
         buf = b"\n".join(values)
-        out = [False] * len(values)
-        for start, _end, _ids in self._lines(buf, len(buf)):
-            out[bisect_right(starts, start) - 1] = True
+        out: list[tuple[int, ...]] = [()] * len(values)
+        for start, _end, ids in self._lines(buf, len(buf)):
+            k = bisect_right(starts, start) - 1
+            out[k] = tuple(sorted({*out[k], *ids})) if out[k] else ids
         return out
 
     def hits(self, chunk: bytes | bytearray) -> Iterator[Hit]:

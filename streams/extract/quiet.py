@@ -17,7 +17,7 @@ from collections import OrderedDict
 from datetime import datetime
 
 from schemas.signals import Signal
-from streams.extract.rules import Catalog
+from streams.extract.rules import Catalog, Rule
 
 MAX_KEYS = 200_000
 
@@ -29,17 +29,27 @@ class RepeatQuieter:
         self.dropped = 0
         self._last: OrderedDict[tuple[str, str | None, str | None], datetime] = OrderedDict()
 
+    def streamed(self, rule: Rule, job_id: str | None, node: str | None, event_time: datetime) -> bool:
+        """Whether the streaming stage sends this signal, asked before it is built
+        (``Extractor.extract``'s ``wanted``): never a ``diagnose_only`` rule's, nor a quiet repeat."""
+        return not rule.diagnose_only and self.keep_fact(rule.id, job_id, node, event_time)
+
     def keep(self, signal: Signal) -> bool:
         """False for a copy of a quiet rule's fact sent less than its quiet period ago."""
-        quiet = self.quiet_s.get(signal.rule)
+        return self.keep_fact(signal.rule, signal.job_id, signal.node, signal.event_time)
+
+    def keep_fact(self, rule: str, job_id: str | None, node: str | None, event_time: datetime) -> bool:
+        """``keep`` for a signal not built yet: the extractor asks before it builds one
+        (``Extractor.extract``'s ``wanted``), so a dropped copy never costs its model."""
+        quiet = self.quiet_s.get(rule)
         if quiet is None:
             return True
-        key = (signal.rule, signal.job_id, signal.node)
+        key = (rule, job_id, node)
         last = self._last.get(key)
-        if last is not None and abs((signal.event_time - last).total_seconds()) < quiet:
+        if last is not None and abs((event_time - last).total_seconds()) < quiet:
             self.dropped += 1
             return False
-        self._last[key] = signal.event_time
+        self._last[key] = event_time
         self._last.move_to_end(key)
         if len(self._last) > self.max_keys:
             self._last.popitem(last=False)

@@ -14,8 +14,10 @@ from schemas.base import Contract
 from schemas.signals import Signal
 from streams.deadletters import dead_letter
 from streams.extract.extractor import Extractor, Position
+from streams.extract.k8s_events import EVENT_ADAPTER
 from streams.extract.normalize import BadRecord, normalize_all, vet_without_lines
 from streams.extract.quiet import RepeatQuieter
+from streams.extract.rules import Rule
 from streams.extract.telemetry import looks_like_metric, parse_metric
 
 log = logging.getLogger("sickbay.extract")
@@ -42,26 +44,31 @@ def extract_record(
     offset: int,
     now: datetime,
     quieter: RepeatQuieter | None = None,
-    literal: bool = True,
+    literals: tuple[int, ...] | None = None,
 ) -> list[Outgoing]:
     """Signals of one ``raw.logs`` record (job facts → ``signals.job``, node facts → ``signals.node``
     for the route step), a Vector metric event → ``raw.telemetry``, anything unreadable or a rule
     bug → one dead letter with the reason. Never raises: a bad record must not stop the stream.
     With a ``quieter``, repeats of a quiet rule's fact are not sent (``quiet.py``); a rule's
-    ``diagnose_only`` signals never are. ``literal=False``
-    says no rule literal occurs in the record's bytes (a batch scan found none): it is then only
-    checked, not read into lines, where the bytes can vouch for them (:func:`sends_nothing`)."""
-    if not literal and sends_nothing(value):
+    ``diagnose_only`` signals never are.
+
+    ``literals``: the ids (of ``extractor.catalog.prefilter``) of the rule literals a batch scan
+    found in the record's bytes (``Prefilter.record_literals``). ``()``: none, and the record is then
+    only checked, not read into lines, where the bytes can vouch for them (:func:`sends_nothing`).
+    Some: where each line's text is a piece of the bytes (:func:`texts_within`), its rules are chosen
+    among those literals' without scanning the text again."""
+    if literals is not None and not literals and sends_nothing(value):
         return []
     try:
         if (sample := parse_metric(value, key_host=key)) is not None:  # Vector metric event
             return [Outgoing("raw_telemetry", sample.node.encode(), sample)]
         out: list[Outgoing] = []
-        skip = extractor.catalog.diagnose_only
+        wanted = _streamed if quieter is None else quieter.streamed
+        within = literals if literals and texts_within(value) else None
         for i, line in enumerate(normalize_all(value, key_host=key)):
-            for sig in extractor.extract(line, now, Position(topic, partition, offset, index=i)):
-                if sig.rule in skip or (quieter is not None and not quieter.keep(sig)):
-                    continue
+            pos = Position(topic, partition, offset, index=i)
+            hint = within if line.adapter != EVENT_ADAPTER else None  # an Event's text is re-encoded
+            for sig in extractor.extract(line, now, pos, wanted, hint):
                 if sig.job_id is not None:
                     out.append(Outgoing("signals_job", sig.job_id.encode(), sig))
                 else:
@@ -73,6 +80,19 @@ def extract_record(
         log.exception("extract failed at %s/%s/%s", topic, partition, offset)
         letter = dead_letter("extract", "extractor_error", repr(exc), value, key, topic, partition, offset)
     return [Outgoing("dlq", b"extract", letter)]
+
+
+def texts_within(value: bytes) -> bool:
+    """Whether each line read from this record has a text that is a piece of its bytes, so that the
+    literals in the text are among those in the bytes: no backslash (a JSON escape decodes to other
+    bytes), no escape byte (colours come off the text), no newline inside (CRI pieces are joined
+    across lines). A Kubernetes Event's text is its JSON re-encoded: the caller leaves those out."""
+    return b"\\" not in value and b"\x1b" not in value and b"\n" not in value.rstrip(b"\r\n")
+
+
+def _streamed(rule: Rule, _job_id: str | None, _node: str | None, _when: datetime) -> bool:
+    """The stream sends every signal but a ``diagnose_only`` rule's (without a quieter)."""
+    return not rule.diagnose_only
 
 
 def sends_nothing(value: bytes) -> bool:

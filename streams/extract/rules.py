@@ -175,10 +175,20 @@ class Catalog:
                 return rule
         raise KeyError(rule_id)
 
-    def candidates(self, text: str) -> Iterable[Rule]:
-        """Rules whose literals occur in ``text``, in catalog order (most lines match none)."""
-        ids = self.prefilter.literal_ids(text.encode("utf-8", errors="surrogateescape"))
-        return self.prefilter.rules_for(ids) if ids else ()
+    def candidates(self, text: str, within: tuple[int, ...] | None = None) -> Iterable[Rule]:
+        """Rules whose literals occur in ``text``, in catalog order (most lines match none).
+
+        ``within``: ids (of this catalog's prefilter) of literals known to hold every literal the
+        text holds, those a scan of the record's bytes found where the text is a piece of them
+        (``record.py``). The text is then only tested for those few, not scanned again: the same
+        rules, for a tenth of the cost of a scan call."""
+        pf = self.prefilter
+        if within is None:
+            ids = pf.literal_ids(text.encode("utf-8", errors="surrogateescape"))
+        else:
+            literals = pf.literals
+            ids = tuple(i for i in within if literals[i] in text)
+        return pf.rules_for(ids) if ids else ()
 
 
 def _load_file(path: Path) -> RuleFile:

@@ -139,7 +139,7 @@ def test_a_colour_code_inside_a_literal_does_not_hide_the_record_from_the_stream
     assert b"CUDA out of memory" not in value
     assert not sends_nothing(value)
     assert not vet_without_lines(value)
-    outs = extract_record(EX, value, "node-3", "raw.logs", 0, 7, NOW, literal=False)
+    outs = extract_record(EX, value, "node-3", "raw.logs", 0, 7, NOW, literals=())
     assert [o.value.rule for o in outs if o.dest != "dlq"] == ["cuda.out_of_memory"]  # type: ignore[union-attr]
 
 

@@ -15,7 +15,7 @@ from schemas import codec
 from streams.extract.extractor import Extractor
 from streams.extract.normalize import BadRecord, normalize_all, vet_without_lines
 from streams.extract.prefilter import Prefilter, available_backends
-from streams.extract.record import Outgoing, extract_record, sends_nothing
+from streams.extract.record import Outgoing, extract_record, sends_nothing, texts_within
 from streams.extract.rules import load_catalog
 from tests.unit.test_normalize import UNREADABLE
 
@@ -60,16 +60,50 @@ def test_the_batch_scan_marks_exactly_the_records_a_per_record_scan_finds(backen
     assert pf.records_with_literals([]) == []
 
 
-def test_records_without_a_literal_send_the_same_as_a_full_read():
-    records = simulated_records()
-    marked = CATALOG.prefilter.records_with_literals([v for _, v in records])
-    skipped = 0
-    for offset, ((key, value), literal) in enumerate(zip(records, marked, strict=True)):
+# Records whose lines are not pieces of their bytes, each with a literal: the stage must not trust
+# the bytes' literals for them (a JSON escape, colours splitting a literal, CRI pieces joined across
+# lines, an Event's JSON re-encoded), and a plain one that it may trust.
+UNTRUSTED = [
+    codec.dumps({"log": "NVRM: Xid (PCI:0000:06:00): 79, pid=1\tGPU has fallen off the bus.", "time": 1.5}),
+    b"\x1b[31mNVRM: X\x1b[0mid (PCI:0000:06:00): 79, pid=1, GPU has fallen off the bus.",
+    b"2026-11-29T12:00:00Z stderr P RuntimeError: CUDA error: out of \n"
+    b"2026-11-29T12:00:01Z stderr F memory",
+    codec.dumps(
+        {
+            "kind": "Event",
+            "apiVersion": "v1",
+            "reason": "BackOff",
+            "type": "Warning",
+            "message": "Back-off restarting failed container trainer",
+            "involvedObject": {"kind": "Pod", "name": "train-0", "namespace": "ml"},
+        }
+    ),
+    b"[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+]
+
+
+def test_records_send_the_same_with_the_literals_the_batch_scan_found_as_a_full_read():
+    """The stage hands each record the literals the batch scan found in its bytes: none (only
+    checked) or some (rules chosen among theirs where the lines are pieces of the bytes)."""
+    records = simulated_records() + [(b"n1", v) for v in UNTRUSTED]
+    found = CATALOG.prefilter.record_literals([v for _, v in records])
+    skipped = hinted = 0
+    for offset, ((key, value), literals) in enumerate(zip(records, found, strict=True)):
         full = extract_record(EX, value, key.decode(), "raw.logs", 0, offset, NOW)
-        fast = extract_record(EX, value, key.decode(), "raw.logs", 0, offset, NOW, literal=literal)
+        fast = extract_record(EX, value, key.decode(), "raw.logs", 0, offset, NOW, literals=literals)
         assert sent(fast) == sent(full), value
-        skipped += not literal
+        skipped += not literals
+        hinted += bool(literals) and texts_within(value)
     assert skipped > len(records) // 3  # most healthy chatter carries no literal
+    assert hinted > 100
+    assert all(CATALOG.prefilter.literal_ids(v) for v in UNTRUSTED)
+    assert [texts_within(v) for v in UNTRUSTED] == [False, False, False, True, True]
+
+
+def test_the_literals_of_a_batch_are_each_records_own():
+    pf = CATALOG.prefilter
+    values = [v for _, v in simulated_records()] + UNTRUSTED + [b"", b"\n"]
+    assert pf.record_literals(values) == [pf.literal_ids(v) for v in values]
 
 
 def test_a_record_the_stage_skips_is_one_the_full_read_sends_nothing_for():
@@ -89,7 +123,7 @@ def test_a_record_the_stage_skips_is_one_the_full_read_sends_nothing_for():
 @pytest.mark.parametrize(("raw", "reason"), UNREADABLE)
 def test_a_bad_record_is_left_to_the_full_read_that_dead_letters_it(raw, reason):
     assert sends_nothing(raw) is False
-    (out,) = extract_record(EX, raw, None, "raw.logs", 0, 7, NOW, literal=False)
+    (out,) = extract_record(EX, raw, None, "raw.logs", 0, 7, NOW, literals=())
     assert out.dest == "dlq" and out.value.reason == reason
 
 
@@ -104,7 +138,7 @@ def test_a_metric_event_is_never_skipped():
         }
     )
     assert sends_nothing(metric) is False
-    assert [o.dest for o in extract_record(EX, metric, "n1", "raw.logs", 0, 1, NOW, literal=False)] == [
+    assert [o.dest for o in extract_record(EX, metric, "n1", "raw.logs", 0, 1, NOW, literals=())] == [
         "raw_telemetry"
     ]
 
@@ -128,7 +162,7 @@ def test_a_fluent_bit_time_no_clock_can_hold_fails_both_ways_alike():
         normalize_all(raw)
     with pytest.raises((OverflowError, ValueError, OSError)):
         vet_without_lines(raw)
-    [out] = extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW, literal=False)
+    [out] = extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW, literals=())
     assert out.dest == "dlq" and out.value.reason == "extractor_error"  # type: ignore[attr-defined]
 
 
@@ -149,7 +183,7 @@ def test_a_fluent_bit_time_no_clock_can_hold_fails_both_ways_alike():
 )
 def test_records_whose_bytes_cannot_vouch_for_their_lines_are_read_whole(raw):
     assert vet_without_lines(raw) is False
-    assert sent(extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW, literal=False)) == sent(
+    assert sent(extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW, literals=())) == sent(
         extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW)
     )
 
@@ -157,5 +191,5 @@ def test_records_whose_bytes_cannot_vouch_for_their_lines_are_read_whole(raw):
 def test_a_literal_split_by_a_cri_partial_line_still_fires_its_rule():
     raw = b"2026-11-29T10:00:00.1Z stderr P NVRM: X\n2026-11-29T10:00:00.2Z stderr F id (PCI:0000:06:00): 79, pid=1"
     assert not CATALOG.prefilter.records_with_literals([raw])[0]  # no literal in the bytes
-    outs = extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW, literal=False)
+    outs = extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW, literals=())
     assert [o.value.rule for o in outs] == ["gpu.xid"]  # type: ignore[attr-defined]
