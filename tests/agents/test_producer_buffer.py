@@ -70,3 +70,31 @@ def test_the_workers_producer_uses_the_draining_buffer() -> None:
     assert isinstance(buffer, DrainingBuffer)
     assert buffer.max_messages == PRODUCER_BUFFER_MESSAGES
     assert buffer.app is app
+
+
+class FirstSlowChannel(SlowChannel):
+    """Slow for the first write only: a second sender running beside the first would overtake it."""
+
+    async def publish_message(self, fut: Any, wait: bool = False) -> None:
+        await asyncio.sleep(SLOW_HANDOVER_S if fut.n == 0 else 0.01)
+        self.published.append(fut)
+
+
+async def writes_while_flushing(buffer: ProducerBuffer) -> list[int]:
+    """Writes queued before the buffer starts, more while the sender is busy and a flush runs: the
+    order in which they reached the producer."""
+    channel = FirstSlowChannel()
+    queue_writes(buffer, channel, 3)
+    await buffer.start()
+    try:
+        await asyncio.sleep(SLOW_HANDOVER_S / 2)  # the sender is handing over the first write
+        for i in range(3, 6):
+            buffer.put(SimpleNamespace(message=SimpleNamespace(channel=channel), n=i))  # type: ignore[arg-type]
+        await buffer.flush()
+        return [fut.n for fut in channel.published]
+    finally:
+        await buffer.stop()
+
+
+def test_writes_reach_the_producer_in_the_order_they_were_made_whoever_hands_them_over() -> None:
+    assert asyncio.run(writes_while_flushing(DrainingBuffer())) == [0, 1, 2, 3, 4, 5]
