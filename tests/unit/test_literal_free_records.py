@@ -66,8 +66,7 @@ def test_the_batch_scan_marks_exactly_the_records_a_per_record_scan_finds(backen
 UNTRUSTED = [
     codec.dumps({"log": "NVRM: Xid (PCI:0000:06:00): 79, pid=1\tGPU has fallen off the bus.", "time": 1.5}),
     b"\x1b[31mNVRM: X\x1b[0mid (PCI:0000:06:00): 79, pid=1, GPU has fallen off the bus.",
-    b"2026-11-29T12:00:00Z stderr P RuntimeError: CUDA error: out of \n"
-    b"2026-11-29T12:00:01Z stderr F memory",
+    b"2026-11-29T12:00:00Z stderr P RuntimeError: CUDA error: out of \n2026-11-29T12:00:01Z stderr F memory",
     codec.dumps(
         {
             "kind": "Event",
