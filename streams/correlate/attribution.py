@@ -25,7 +25,8 @@ History and company change some codes' meaning (the rule's ``context``):
 ``sympathetic`` codes (Xid 45, 141) step aside when another root exists;
 ``recurrence`` codes (Xid 13, 31) that repeat on one GPU become a hardware
 fault of that GPU; a ``recovery_action`` (Xid 154) sets the isolation scope of
-the fault it accompanies.
+the fault it accompanies, and with no fault beside it stands as the root while it
+still asks for a reset or a reboot.
 """
 
 from __future__ import annotations
@@ -112,10 +113,26 @@ def _recovery_scope(s: Signal) -> str | None:
     return None
 
 
+def _lone_recovery_action(actions: list[Signal]) -> list[Signal]:
+    """An Xid 154 with no fault beside it (the Xid it follows rotated out of the log, or the driver
+    raised the action on its own): where its latest value still asks for a GPU reset or a reboot,
+    the driver is saying that GPU is unusable until then, so it stands as the root, scoped as it
+    says. Its latest value ``None`` (the reset happened) leaves nothing to attribute."""
+    if not actions:
+        return []
+    latest = actions[-1]
+    scope = _recovery_scope(latest)
+    if scope not in ("gpu", "node"):
+        return []
+    summary = f"{latest.summary} (no other fault logged)"
+    return [latest.model_copy(update={"isolation": scope, "summary": summary})]
+
+
 def contextualise(roots: list[Signal]) -> tuple[list[Signal], list[Signal]]:
     """Apply history and co-occurrence to the root candidates: (still candidates, demoted to support)."""
     demoted = [r for r in roots if r.context == "recovery_action"]
-    candidates = [r for r in roots if r.context != "recovery_action"]
+    candidates = [r for r in roots if r.context != "recovery_action"] or _lone_recovery_action(demoted)
+    demoted = [r for r in demoted if r not in candidates]
     solid = [r for r in candidates if r.context != "sympathetic"]
     if solid:
         demoted += [r for r in candidates if r.context == "sympathetic"]

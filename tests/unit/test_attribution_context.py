@@ -90,3 +90,37 @@ def test_a_root_standing_in_from_a_tally_is_listed_once_in_the_evidence():
     v = verdict(kernel_xid("gpu-03", 79, T0), nccl_timeout("gpu-01", 0, "7", T0 + timedelta(seconds=5)))
     ids = [e.signal_id for e in v.evidence]
     assert ids[0] == v.root.signal_id and len(ids) == len(set(ids)) == 2
+
+
+def _recovery(node: str, at_s: int, to: str) -> bytes:
+    return kernel_xid(
+        node, 154, T0 + timedelta(seconds=at_s), text=f"GPU recovery action changed from 0x0 (None) to {to}"
+    )
+
+
+def test_an_xid154_beside_a_fault_sets_how_much_is_isolated():
+    v = verdict(kernel_xid("gpu-02", 79, T0), _recovery("gpu-02", 1, "0x2 (Node Reboot Required)"))
+    assert (v.root.attrs["code"], v.category) == (79, Category.HARDWARE_GPU)
+    assert v.isolate == ["gpu-02"]
+
+
+def test_a_lone_xid154_still_asking_for_a_reset_is_the_root_on_that_gpu():
+    v = verdict(_recovery("gpu-02", 0, "0x1 (GPU Reset Required)"))
+    assert (v.root.attrs["code"], v.category) == (154, Category.HARDWARE_GPU)
+    assert v.isolate == ["gpu-02:0000:06:00"]
+    assert "no other fault logged" in v.root.summary
+
+
+def test_a_lone_xid154_whose_latest_action_is_none_attributes_nothing():
+    raws = [
+        _recovery("gpu-02", 0, "0x1 (GPU Reset Required)"),
+        kernel_xid(
+            "gpu-02",
+            154,
+            T0 + timedelta(seconds=60),
+            text="GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)",
+        ),
+    ]
+    sigs = [one(r, offset=i).model_copy(update={"job_id": "7"}) for i, r in enumerate(raws)]
+    window = window_from(sigs, cluster="c", job_id="7", now=T0)
+    assert window is not None and attribute(window, None) is None
