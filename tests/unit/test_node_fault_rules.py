@@ -1,0 +1,69 @@
+"""Verdicts on a node's own faults as its kernel and the launchers around a job report them: a local
+NVMe drive the driver gives up on, a Mellanox NIC whose firmware failed, MUNGE refusing credentials
+between hosts, Open MPI losing a node's daemon. Each rule's examples sit beside it in the catalog;
+these tests pin down what attribution makes of the lines beside the cascade they cause (Linux
+drivers/nvme/host/pci.c and mlx5 health.c messages, Slurm's auth_munge, Open MPI's ORTE help text)."""
+
+from __future__ import annotations
+
+from schemas.incidents import Category
+from tests.factories import T0, job_output, output_verdict, signals
+
+WATCHDOG = (
+    "[E ProcessGroupNCCL.cpp:475] [Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600123 milliseconds before timing out."
+)
+NVME_GONE = "Mar  1 10:00:00 gpu-01 kernel: nvme nvme1: Removing after probe failure status: -19"
+NVME_ONE_TIMEOUT = "Mar  1 10:00:00 gpu-01 kernel: nvme nvme1: I/O 258 (I/O Cmd) QID 4 timeout, aborting"
+MLX5_UNLOADED = (
+    "Mar  1 10:00:00 gpu-01 kernel: mlx5_core 0000:3b:00.0: mlx5_fw_fatal_reporter_err_work:691:(pid 12): "
+    "Driver is in error state. Unloading"
+)
+MLX5_HEALTH = (
+    "Mar  1 09:59:58 gpu-01 kernel: mlx5_core 0000:3b:00.0: print_health_info:424:(pid 0): "
+    "Health issue observed, firmware internal error, severity(3) ERROR:"
+)
+MUNGE = "slurmstepd: error: Munge decode failed: Expired credential"
+ORTE_LOST = "ORTE has lost communication with a remote daemon."
+MPIRUN_NOTICED = "mpirun noticed that process rank 3 with PID 0 on node gpu-07 exited on signal 9 (Killed)."
+
+
+def test_an_nvme_drive_the_driver_removed_is_the_root_of_the_timeouts_after_it():
+    v = output_verdict(NVME_GONE, WATCHDOG)
+    assert (v.category, v.root.rule, v.restartable) == (
+        Category.INFRASTRUCTURE,
+        "host.nvme_controller_failed",
+        True,
+    )
+    assert v.isolate == ["gpu-01"]
+
+
+def test_one_nvme_command_timeout_is_no_signal_at_all():
+    assert signals(job_output("gpu-01", "7", T0, NVME_ONE_TIMEOUT)) == []
+
+
+def test_a_nic_whose_firmware_failed_is_the_root_and_its_health_report_supports_it():
+    v = output_verdict(MLX5_HEALTH, MLX5_UNLOADED, WATCHDOG)
+    assert (v.category, v.root.rule) == (Category.HARDWARE_NETWORK, "network.mlx5_fatal")
+    assert v.isolate == ["gpu-01"]
+    assert any(s.rule == "network.mlx5_health_issue" for s in v.supporting)
+
+
+def test_a_nic_health_report_alone_names_the_nic():
+    v = output_verdict(MLX5_HEALTH, WATCHDOG)
+    assert (v.category, v.root.rule) == (Category.HARDWARE_NETWORK, "network.mlx5_health_issue")
+    assert "firmware internal error" in v.root.summary
+
+
+def test_munge_refusing_credentials_is_infrastructure_a_retry_does_not_fix():
+    v = output_verdict(MUNGE, "srun: error: gpu-01: task 0: Exited with exit code 1")
+    assert (v.category, v.restartable, v.isolate) == (Category.INFRASTRUCTURE, False, [])
+
+
+def test_open_mpi_losing_a_daemon_blames_the_host_not_the_rank_that_was_killed():
+    v = output_verdict(MPIRUN_NOTICED, ORTE_LOST)
+    assert (v.category, v.root.rule, v.restartable) == (
+        Category.HARDWARE_HOST,
+        "framework.mpi_daemon_lost",
+        True,
+    )
