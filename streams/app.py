@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import sys
 from typing import Any
@@ -48,6 +49,7 @@ class IdempotentTransport(faust_aiokafka.Transport):
 
 
 PRODUCER_BUFFER_MESSAGES = 2000
+FLUSH_RECHECK_S = 0.1  # how often a waiting flush looks again whether the buffer still runs
 
 
 class DrainingBuffer(ProducerBuffer):
@@ -63,40 +65,43 @@ class DrainingBuffer(ProducerBuffer):
     again (the scale-out CI test, 2026-12-01: an incident whose root had gone, category unknown).
 
     This flush returns once every queued write has been handed to the producer, whose own flush then
-    waits for the broker's acks. The stock sender also woke once per write, and the flush waited for
-    each of those wake-ups (an ``asyncio.wait_for`` per write: a take's few hundred writes were a few
-    hundred trips through the event loop). Here the sender, woken by a write, and the flush each hand
-    over everything queued in one pass, under one lock, so writes reach the producer in the order
-    they were made (the changelog's last write of a key must be the table's). Stopping keeps Faust's
-    behaviour (the sending task ends with the service; ``on_stop`` flushes)."""
+    waits for the broker's acks. A write being handed over counts as queued: the sending task has
+    taken it from the queue but aiokafka has not got it yet.
+
+    The stock sender also woke once per write, and a flush that waited for it woke once per write too
+    (an ``asyncio.wait_for`` each: a take's few hundred writes were a few hundred trips through the
+    event loop). Here the sender, once woken, hands over everything queued in one pass, and a flush
+    waits once, for the sender to be idle: nothing queued and nothing being handed over. Only the
+    sender sends, so writes reach the producer in the order they were made, and a send that fails
+    fails there, as in Faust (a flush never takes a write off the queue that it could then lose).
+    Stopping keeps Faust's behaviour (the sending task ends with the service)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._queued = asyncio.Event()
-        self._handing_over = asyncio.Lock()
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def put(self, fut: FutureMessage) -> None:
         super().put(fut)
+        self._idle.clear()
         self._queued.set()
-
-    async def _hand_over(self) -> None:
-        """Every write queued now, and those queued meanwhile, to the producer, oldest first."""
-        async with self._handing_over:
-            pending = self.pending
-            while not pending.empty():
-                await self._send_pending(pending.get_nowait())
-            self.message_sent.set()
 
     @ProducerBuffer.task
     async def _handle_pending(self) -> None:
+        pending = self.pending
         while not self.should_stop:
             await self._queued.wait()
             self._queued.clear()
-            await self._hand_over()
+            while not pending.empty():
+                await self._send_pending(pending.get_nowait())
+                self.message_sent.set()
+            self._idle.set()  # no await since the queue was found empty: no write came in between
 
     async def flush(self) -> None:
-        if self.state == "running":
-            await self._hand_over()
+        while self.state == "running" and not self._idle.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout=FLUSH_RECHECK_S)
         await super().flush()
 
 
