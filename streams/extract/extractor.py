@@ -185,7 +185,7 @@ class Extractor:
         rank_end: int | None = None,
         wanted: Wanted | None = None,
     ) -> Signal | None:
-        entry = self._lookup(rule, fields)
+        entry = self._lookup(rule, fields)  # before the pops: a site rule may key its table on any group
         event_time = as_utc(line_time or line.event_time or observed)
         # A line may name the node it is about (a controller reporting a failed node): that node
         # is the subject, not the host that logged the line.

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from datetime import datetime
 
-from schemas.signals import Signal
 from streams.extract.rules import Catalog, Rule
 
 MAX_KEYS = 200_000
@@ -34,13 +33,10 @@ class RepeatQuieter:
         (``Extractor.extract``'s ``wanted``): never a ``diagnose_only`` rule's, nor a quiet repeat."""
         return not rule.diagnose_only and self.keep_fact(rule.id, job_id, node, event_time)
 
-    def keep(self, signal: Signal) -> bool:
-        """False for a copy of a quiet rule's fact sent less than its quiet period ago."""
-        return self.keep_fact(signal.rule, signal.job_id, signal.node, signal.event_time)
-
     def keep_fact(self, rule: str, job_id: str | None, node: str | None, event_time: datetime) -> bool:
-        """``keep`` for a signal not built yet: the extractor asks before it builds one
-        (``Extractor.extract``'s ``wanted``), so a dropped copy never costs its model."""
+        """False for a copy of a quiet rule's fact sent less than its quiet period ago. Asked before
+        the signal is built (``Extractor.extract``'s ``wanted``), so a dropped copy never costs its
+        model."""
         quiet = self.quiet_s.get(rule)
         if quiet is None:
             return True

@@ -93,7 +93,7 @@ def test_a_diagnose_only_lead_is_not_sent_by_the_stream_but_diagnose_reads_it():
     from schemas.raw import LogLine
 
     line = '  File "/opt/app/train.py", line 88, in <module>'
-    assert "framework.python_traceback" in EX.catalog.diagnose_only
+    assert EX.catalog.by_id("framework.python_traceback").diagnose_only
     assert [s.rule for s in EX.extract(LogLine(text=line, adapter="plain"), T0)] == [
         "framework.python_traceback"
     ]
