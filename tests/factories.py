@@ -10,6 +10,7 @@ from typing import Any
 from schemas import codec
 from schemas.actions import Action, ActionKind, Mode
 from schemas.base import utcnow
+from schemas.incidents import Category
 from schemas.signals import AssignmentBatch, JobNodeAssignment, Signal
 from streams.correlate.attribution import Verdict, attribute
 from streams.extract.extractor import Extractor, Position
@@ -147,6 +148,11 @@ def output_verdict(*lines: str) -> Verdict:
     return verdict(
         *(job_output("gpu-01", "7", T0 + timedelta(seconds=i), line) for i, line in enumerate(lines))
     )
+
+
+def outcome(v: Verdict) -> tuple[str | None, Category, bool]:
+    """What a verdict says: its root's rule, its category and whether a restart is the recovery."""
+    return (v.root.rule if v.root else None), v.category, v.restartable
 
 
 def slurm_action(

@@ -8,7 +8,7 @@ diffusion-pipe#325)."""
 from __future__ import annotations
 
 from schemas.incidents import Category
-from tests.factories import output_verdict
+from tests.factories import outcome, output_verdict
 
 UCX_RETRY = (
     "[lxbk1127:2330856:0:2330856] ib_mlx5_log.c:177  Transport retry count exceeded on mlx5_0:1/IB "
@@ -64,10 +64,9 @@ LAUNCHER_EXIT = (
 )
 
 
-def _outcome(*lines: str) -> tuple[str, Category, bool]:
+def _outcome(*lines: str) -> tuple[str | None, Category, bool]:
     """The root's rule, the category and whether a restart is the recovery."""
-    v = output_verdict(*lines)
-    return v.root.rule, v.category, v.restartable
+    return outcome(output_verdict(*lines))
 
 
 def test_ucx_running_out_of_transport_retries_is_the_link_not_the_crash_it_causes():

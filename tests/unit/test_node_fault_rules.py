@@ -7,8 +7,7 @@ drivers/nvme/host/pci.c and mlx5 health.c messages, Slurm's auth_munge, Open MPI
 from __future__ import annotations
 
 from schemas.incidents import Category
-from streams.correlate.attribution import Verdict
-from tests.factories import T0, job_output, output_verdict, signals
+from tests.factories import T0, job_output, outcome, output_verdict, signals
 
 WATCHDOG = (
     "[E ProcessGroupNCCL.cpp:475] [Rank 3] Watchdog caught collective operation timeout: "
@@ -29,14 +28,9 @@ ORTE_LOST = "ORTE has lost communication with a remote daemon."
 MPIRUN_NOTICED = "mpirun noticed that process rank 3 with PID 0 on node gpu-07 exited on signal 9 (Killed)."
 
 
-def reading(v: Verdict) -> tuple[Category, str | None, bool]:
-    """What a verdict says: its category, its root's rule and whether a restart can help."""
-    return v.category, v.root.rule if v.root else None, v.restartable
-
-
 def test_an_nvme_drive_the_driver_removed_is_the_root_of_the_timeouts_after_it():
     v = output_verdict(NVME_GONE, WATCHDOG)
-    assert reading(v) == (Category.INFRASTRUCTURE, "host.nvme_controller_failed", True)
+    assert outcome(v) == ("host.nvme_controller_failed", Category.INFRASTRUCTURE, True)
     assert v.isolate == ["gpu-01"]
 
 
@@ -64,4 +58,4 @@ def test_munge_refusing_credentials_is_infrastructure_a_retry_does_not_fix():
 
 def test_open_mpi_losing_a_daemon_blames_the_host_not_the_rank_that_was_killed():
     v = output_verdict(MPIRUN_NOTICED, ORTE_LOST)
-    assert reading(v) == (Category.HARDWARE_HOST, "framework.mpi_daemon_lost", True)
+    assert outcome(v) == ("framework.mpi_daemon_lost", Category.HARDWARE_HOST, True)

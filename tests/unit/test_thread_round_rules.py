@@ -5,7 +5,7 @@ together, as real logs show them."""
 from __future__ import annotations
 
 from schemas.incidents import Category
-from tests.factories import output_verdict
+from tests.factories import outcome, output_verdict
 
 SIGKILLED = (
     "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 "
@@ -29,10 +29,10 @@ CHILD_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedErro
 TOPO = "2a8874e7d1e6:2196:2275 [1] graph/xml.h:101 NCCL WARN Attribute arch of node cpu not found"
 
 
-def _outcome(*lines: str) -> tuple[str, Category, bool, list[str]]:
+def _outcome(*lines: str) -> tuple[str | None, Category, bool, list[str]]:
     """The root's rule, the category, restartable and what to isolate."""
     v = output_verdict(*lines)
-    return v.root.rule, v.category, v.restartable, v.isolate
+    return (*outcome(v), v.isolate)
 
 
 def test_a_worker_sigkilled_with_nothing_else_said_reads_as_outgrowing_host_memory():
