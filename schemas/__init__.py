@@ -31,7 +31,16 @@ from schemas.incidents import (
     Symptom,
 )
 from schemas.raw import FluentBitRecord, LogLine, SickbayLineRecord, VectorRecord
-from schemas.signals import AssignmentBatch, JobNodeAssignment, Role, Signal, SignalBatch, SourceRef
+from schemas.signals import (
+    AssignmentBatch,
+    JobNodeAssignment,
+    PlacementBatch,
+    RankPlacement,
+    Role,
+    Signal,
+    SignalBatch,
+    SourceRef,
+)
 from schemas.telemetry import GpuTelemetry
 from schemas.topics import TopicCatalog, TopicSpec
 
@@ -59,6 +68,8 @@ __all__ = [
     "ModeChange",
     "ModeScope",
     "NodeHealth",
+    "PlacementBatch",
+    "RankPlacement",
     "Role",
     "RootCause",
     "SickbayLineRecord",

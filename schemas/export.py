@@ -20,7 +20,7 @@ from schemas.deadletter import DeadLetter
 from schemas.health import NodeHealth
 from schemas.incidents import Incident
 from schemas.jobs import JobInfo
-from schemas.signals import AssignmentBatch, JobNodeAssignment, Signal, SignalBatch
+from schemas.signals import AssignmentBatch, JobNodeAssignment, PlacementBatch, Signal, SignalBatch
 from schemas.telemetry import GpuTelemetry
 
 DEFAULT = Path(__file__).resolve().parents[1] / "docs" / "schemas"
@@ -39,6 +39,7 @@ CONTRACTS: dict[str, type[BaseModel]] = {
     "job-node-assignment": JobNodeAssignment,
     "mode-change": ModeChange,
     "node-health": NodeHealth,
+    "placement-batch": PlacementBatch,
     "signal": Signal,
     "signal-batch": SignalBatch,
 }

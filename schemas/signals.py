@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -100,6 +101,85 @@ class SignalBatch(Contract):
                 raise ValueError("a batch of node facts names no job")
         elif self.job_id is None and any(s.job_id is None for s in self.signals):
             raise ValueError("a batch of several jobs needs a job_id on every signal")
+        return self
+
+
+RANK_PLACEMENT_RULE = "nccl.rank_placement"
+PLACEMENT_BATCH_KIND: Literal["placement_batch"] = "placement_batch"
+MAX_PLACEMENTS_PER_BATCH = 4096
+
+
+class RankPlacement(Contract):
+    """Where one rank of a job runs, as NCCL's init line (``... rank R nranks N cudaDev D busId B -
+    Init COMPLETE``) states it: the ``nccl.rank_placement`` fact in its compact form.
+
+    Why its own shape: every rank prints the line at every communicator init, so on a fleet these
+    are about half of all extracted facts, and each one as a full ``Signal`` (summary, role,
+    category, weight, ... none of which a placement uses) cost the extract stage a model and a
+    rendered summary and the route and correlate steps a validation each. ``as_signal`` gives the
+    ``Signal`` it stands for (what ``sickbay diagnose`` and the ClickHouse sink see)."""
+
+    signal_id: str  # the line's deterministic id (source position + rule), as its Signal's
+    event_time: UtcDatetime
+    node: str  # the NCCL prefix's host: where the rank runs
+    job_id: str | None = None  # None until the route step files it under the node's job
+    rank: int = Field(ge=0)
+    nranks: int = Field(ge=1)
+    cuda_dev: int | None = None
+    bus_id: str | None = None  # NCCL's busId (``bd000``), as printed
+    task: int | None = None  # srun --label's task id on that line, if any
+    text: str = Field(max_length=4096)
+    source: SourceRef = Field(default_factory=SourceRef)
+    routed: bool = False  # a copy re-keyed from its node onto one of its jobs
+
+    def as_signal(self, observed_time: datetime) -> Signal:
+        """The ``nccl.rank_placement`` signal this placement stands for."""
+        attrs: dict[str, AttrValue] = {"nranks": self.nranks}
+        if self.cuda_dev is not None:
+            attrs["cuda_dev"] = self.cuda_dev
+        if self.bus_id is not None:
+            attrs["bus_id"] = self.bus_id
+        if self.task is not None:
+            attrs["task"] = self.task
+        dev = "?" if self.cuda_dev is None else self.cuda_dev  # as the rule's summary renders a gap
+        bus = "?" if self.bus_id is None else self.bus_id
+        return Signal(
+            signal_id=self.signal_id,
+            rule=RANK_PLACEMENT_RULE,
+            role=Role.HINT,
+            category=Category.UNKNOWN,
+            summary=f"rank {self.rank} of {self.nranks} runs here (cudaDev {dev}, busId {bus})",
+            event_time=self.event_time,
+            observed_time=observed_time,
+            node=self.node,
+            job_id=self.job_id,
+            rank=self.rank,
+            attrs=attrs,
+            text=self.text,
+            source=self.source,
+            routed=self.routed,
+        )
+
+
+class PlacementBatch(Contract):
+    """Rank placements as one message on ``signals.node`` (``keyed_by`` ``node``: as the extract
+    stage found them, each under its own node) or ``signals.job`` (``keyed_by`` ``job``: each names
+    its job; the route step's forwards, or lines whose record named the job).
+
+    Packed per partition like ``SignalBatch``, and sent ahead of the partition's signals of the same
+    read, so a job's ranks are placed before the errors that name them are decided. Readers handle
+    each placement as if it had come alone; a placement is idempotent (the same rank on the same
+    node changes nothing), so a replayed batch is harmless."""
+
+    kind: Literal["placement_batch"] = PLACEMENT_BATCH_KIND
+    keyed_by: Literal["job", "node"] = "node"
+    observed_time: UtcDatetime
+    placements: list[RankPlacement] = Field(min_length=1, max_length=MAX_PLACEMENTS_PER_BATCH)
+
+    @model_validator(mode="after")
+    def _job_keyed_placements_name_their_job(self) -> PlacementBatch:
+        if self.keyed_by == "job" and any(p.job_id is None for p in self.placements):
+            raise ValueError("a batch keyed by job needs a job_id on every placement")
         return self
 
 

@@ -106,7 +106,7 @@ class TopicCatalog:
         self.signals_node = TopicSpec(
             name=f"{prefix}.signals.node",
             key="node",
-            value="Signal",
+            value="Signal | SignalBatch | PlacementBatch",
             partitions=p,
             faust_source=True,
             description="Node facts with no job yet (kernel Xid, ECC, ...)",
@@ -140,7 +140,7 @@ class TopicCatalog:
         self.signals_job = TopicSpec(
             name=f"{prefix}.signals.job",
             key="job_id",
-            value="Signal | SignalBatch",
+            value="Signal | SignalBatch | PlacementBatch",
             partitions=p,
             faust_source=True,
             description="Job facts: training logs, scheduler events and node facts routed to their jobs",

@@ -7,22 +7,29 @@ of ``signals.job`` takes a record apart with ``unpack`` and handles its signals 
 as if each had come alone. Readers that never see a batch (a test feeding single signals) are
 served by the same code. The correlate stage packs the assignments one of its batches learnt per
 partition of ``topology.node`` (``pack_assignments``); the route step takes them apart with
-``unpack_assignments``.
+``unpack_assignments``. Rank placements travel in their compact form, ``PlacementBatch``
+(``pack_placements``): per partition of ``signals.node`` from the extract stage, per partition of
+``signals.job`` from the route step (or from extract, where the record named the job).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any, Literal, TypeVar
 
 from schemas.signals import (
     ASSIGNMENT_BATCH_KIND,
     MAX_ASSIGNMENTS_PER_BATCH,
+    MAX_PLACEMENTS_PER_BATCH,
     MAX_SIGNALS_PER_BATCH,
+    PLACEMENT_BATCH_KIND,
     SIGNAL_BATCH_KIND,
     AssignmentBatch,
     JobNodeAssignment,
+    PlacementBatch,
+    RankPlacement,
     Signal,
     SignalBatch,
 )
@@ -115,6 +122,26 @@ def pack_node_partitions(
     for partition, chunk in _per_partition(by_node.items(), partition_of, MAX_SIGNALS_PER_BATCH):
         key = node_of(chunk[0]).encode()
         yield partition, key, chunk[0] if len(chunk) == 1 else SignalBatch(keyed_by="node", signals=chunk)
+
+
+def pack_placements(
+    by_key: dict[bytes, list[RankPlacement]],
+    partition_of: Callable[[bytes], int],
+    keyed_by: Literal["job", "node"],
+    observed: datetime,
+) -> Iterator[tuple[int, bytes, PlacementBatch]]:
+    """(partition, key, message) for rank placements held per job key (``keyed_by`` ``job``, bound
+    for ``signals.job``) or per node key (``node``, bound for ``signals.node``): the keys that share a
+    partition go out together, in order, as few ``PlacementBatch`` messages as its bound allows (a
+    lone placement too: it has no shape of its own on the wire). The key is the first placement's."""
+    for partition, chunk in _per_partition(by_key.items(), partition_of, MAX_PLACEMENTS_PER_BATCH):
+        first = chunk[0]
+        key = (first.job_id or "" if keyed_by == "job" else first.node).encode()
+        yield partition, key, PlacementBatch(keyed_by=keyed_by, observed_time=observed, placements=chunk)
+
+
+def is_placement_batch(value: Any) -> bool:
+    return _is_packed(value, PLACEMENT_BATCH_KIND)
 
 
 def _is_packed(value: Any, kind: str) -> bool:

@@ -52,7 +52,7 @@ from schemas.collector import CollectorReport
 from schemas.deadletter import DeadLetter
 from schemas.health import NodeHealth
 from schemas.incidents import Incident
-from schemas.signals import AssignmentBatch, JobNodeAssignment, Signal, SignalBatch
+from schemas.signals import AssignmentBatch, JobNodeAssignment, PlacementBatch, Signal, SignalBatch
 from schemas.topics import TopicCatalog
 
 log = logging.getLogger("sickbay.sink")
@@ -62,6 +62,7 @@ _OBSERVED_TABLES = {"incidents", "action_results", "dead_letters"}  # feed metri
 DEFAULT_MAX_BYTES = 256 * 2**20
 _BATCH_MARK = b'"signal_batch"'  # a SignalBatch says its kind in its first fields
 _ASSIGNMENTS_MARK = b'"assignment_batch"'  # and so does an AssignmentBatch
+_PLACEMENTS_MARK = b'"placement_batch"'  # and a PlacementBatch
 _BATCH_MARK_WITHIN = 128
 
 
@@ -174,6 +175,9 @@ class ClickHouseSink:
         if tm.model is Signal and _BATCH_MARK in (value or b"")[:_BATCH_MARK_WITHIN]:
             self._add_packed(topic, value or b"", partition, offset, SignalBatch)
             return
+        if tm.model is Signal and _PLACEMENTS_MARK in (value or b"")[:_BATCH_MARK_WITHIN]:
+            self._add_packed(topic, value or b"", partition, offset, PlacementBatch)
+            return
         if tm.model is JobNodeAssignment and _ASSIGNMENTS_MARK in (value or b"")[:_BATCH_MARK_WITHIN]:
             self._add_packed(topic, value or b"", partition, offset, AssignmentBatch)
             return
@@ -207,11 +211,12 @@ class ClickHouseSink:
         value: bytes,
         partition: int | None,
         offset: int | None,
-        packing: type[SignalBatch | AssignmentBatch],
+        packing: type[SignalBatch | AssignmentBatch | PlacementBatch],
     ) -> None:
-        """A ``SignalBatch`` (``signals.job``, ``signals.node``) or an ``AssignmentBatch``
-        (``topology.node``): one row per signal or assignment, as if each had come alone (the packing
-        is transport, not data); a batch that does not validate is dead-lettered whole."""
+        """A ``SignalBatch`` or a ``PlacementBatch`` (``signals.job``, ``signals.node``) or an
+        ``AssignmentBatch`` (``topology.node``): one row per signal, placement (the
+        ``nccl.rank_placement`` signal it stands for) or assignment, as if each had come alone (the
+        packing is transport, not data); a batch that does not validate is dead-lettered whole."""
         try:
             batch = packing.model_validate_json(value)
         except ValidationError as exc:
@@ -221,6 +226,13 @@ class ClickHouseSink:
         if isinstance(batch, AssignmentBatch):
             for a in batch.assignments:
                 self._append(table, rows.encode(rows.assignment_row(a)))
+            return
+        if isinstance(batch, PlacementBatch):
+            for p in batch.placements:
+                if p.routed:
+                    self.stats.skipped_routed += 1  # the original is stored from signals.node
+                else:
+                    self._append(table, rows.encode(rows.signal_row(p.as_signal(batch.observed_time))))
             return
         for signal in batch.signals:
             if signal.routed:

@@ -24,7 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from connectors.kafka_partitioner import KeyPartitioner
 from schemas.base import UtcDatetime, utcnow
 from schemas.incidents import Incident
-from schemas.signals import JobNodeAssignment, Role, Signal
+from schemas.signals import (
+    RANK_PLACEMENT_RULE,
+    JobNodeAssignment,
+    PlacementBatch,
+    RankPlacement,
+    Role,
+    Signal,
+)
 from schemas.topics import (
     TABLE_INCIDENT_WINDOWS,
     TABLE_JOB_LOOKBACK,
@@ -40,13 +47,13 @@ from streams.correlate.progress import is_checkpoint_save
 from streams.correlate.progress_agent import PROGRESS_TICK, ProgressStage
 from streams.correlate.restarts import remember_failure, saw_checkpoint
 from streams.correlate.state import (
-    RANK_PLACEMENT_RULE,
     RANKS_PER_BLOCK,
     IncidentWindow,
     JobTopology,
     RankBlock,
     RankPlace,
     newer_placement,
+    placement_from,
     placement_of,
 )
 from streams.correlate.table_cache import TableCache
@@ -58,8 +65,10 @@ from streams.signal_batches import (
     handle_each,
     is_assignment_batch,
     is_batch,
+    is_placement_batch,
     pack_assignments,
     pack_partitions,
+    pack_placements,
     unpack_assignments,
 )
 
@@ -196,6 +205,7 @@ class CorrelateStage:
         self._node_partition = KeyPartitioner(settings.topics.topology_node.partitions)
         # node facts the route step forwards in a take, per job, sent packed at its end
         self._forwards: dict[bytes, list[Signal]] | None = None
+        self._placement_forwards: dict[bytes, list[RankPlacement]] | None = None  # the same for placements
         self._job_partition = KeyPartitioner(settings.topics.signals_job.partitions)
 
     async def dead_letter(self, stage: str, event: Any, key: str, exc: Exception, item: Any = None) -> None:
@@ -219,14 +229,44 @@ class CorrelateStage:
         acknowledges the take's events only after this returns: a crash replays the take whole, and
         the forwarded copies keep their signal ids, so the correlate step drops the repeats."""
         with self.node_states.deferred():
-            self._forwards = {}
+            self._forwards, self._placement_forwards = {}, {}
             try:
                 await self._each_event(events, "route", self.on_node_event, "")
+                # placements first: on each partition a job's ranks are placed before its errors
+                await self.send_placements(self._placement_forwards)
                 for partition, key, value in pack_partitions(self._forwards, self._job_partition):
                     await self.t.signals_job.send(key=key, value=value, partition=partition)
             finally:
-                self._forwards = None
+                self._forwards, self._placement_forwards = None, None
             await self.delivered()
+
+    async def send_placements(self, by_job: dict[bytes, list[RankPlacement]]) -> None:
+        """Placements filed under their jobs, packed per partition of ``signals.job``."""
+        for partition, key, value in pack_placements(by_job, self._job_partition, "job", utcnow()):
+            await self.t.signals_job.send(key=key, value=value, partition=partition)
+
+    async def on_placement_batch(self, event: Any, key: str) -> None:
+        """Rank placements in their compact form (``PlacementBatch``, as the extract stage packs them
+        per partition of ``signals.node``): each filed under the jobs its node serves at the line's
+        time and sent on packed at the take's end, like a node fact. One on a node that serves no job
+        then places nothing, as its signal did not. A batch that does not validate is dead-lettered
+        whole (its placements come from one read of one extract stage)."""
+        try:
+            batch = PlacementBatch.model_validate(event.value)
+        except ValidationError as exc:
+            await self.dead_letter("route", event, key, exc)
+            return
+        in_take = self._placement_forwards
+        held: dict[bytes, list[RankPlacement]] = {} if in_take is None else in_take
+        for placement in batch.placements:
+            state = self.node_states.get(placement.node)
+            if state is None:
+                continue
+            for job in jobs_at(state, placement.event_time, self.lateness):
+                routed = placement.model_copy(update={"job_id": job.job_id, "routed": True})
+                held.setdefault(job.job_id.encode(), []).append(routed)
+        if in_take is None:  # outside a take: sent now
+            await self.send_placements(held)
 
     async def on_node_event(self, event: Any) -> None:
         """One record of the node inbox: a node fact (route, then the gpu_health step, validated
@@ -241,6 +281,8 @@ class CorrelateStage:
             await self.on_node_tick(node)
         elif is_assignment_batch(value):
             await self.on_assignment_batch(event, node)
+        elif is_placement_batch(value):
+            await self.on_placement_batch(event, node)
         elif is_batch(value):
             await self.on_node_batch(event, node)
         else:
@@ -462,11 +504,31 @@ class CorrelateStage:
         """One record of the job inbox: a signal, a packed batch (each signal under its own job) or a
         tick."""
         job_id = key_str(event.key) or "?"
+        if is_placement_batch(event.value):
+            await self.on_job_placements(event, job_id)
+            return
 
         async def handle(value: Any, key: str) -> None:
             await self.on_job_value(event, key, value)
 
         await handle_each(event, job_id, "correlate", self.t.dlq, handle)
+
+    async def on_job_placements(self, event: Any, key: str) -> None:
+        """Rank placements filed under their jobs (``PlacementBatch`` keyed by job): each recorded in
+        its job's placement block, as its ``nccl.rank_placement`` signal would be. A batch that does
+        not validate is dead-lettered whole."""
+        try:
+            batch = PlacementBatch.model_validate(event.value)
+        except ValidationError as exc:
+            await self.dead_letter("correlate", event, key, exc)
+            return
+        if batch.keyed_by != "job":
+            wrong = ValueError("placements on signals.job are keyed by job")
+            await self.dead_letter("correlate", event, key, wrong)
+            return
+        for placement in batch.placements:
+            if placement.job_id is not None:  # the contract holds every one of a job-keyed batch to it
+                self.place(placement.job_id, placement.rank, placement_from(placement))
 
     async def send_assignments(self, assignments: list[JobNodeAssignment]) -> None:
         """Job ↔ node assignments to ``topology.node``, the nodes of each partition packed into one
@@ -604,12 +666,17 @@ class CorrelateStage:
         new = placement_of(signal)
         if new is None or signal.rank is None:
             return
-        key = _block_key(job_id, signal.rank // RANKS_PER_BLOCK)
+        self.place(job_id, signal.rank, new)
+
+    def place(self, job_id: str, rank: int, new: RankPlace) -> None:
+        """Where ``rank`` of the job runs, kept in its block unless the block has it already or knows
+        a newer placement (a replay, or a late line of an earlier attempt)."""
+        key = _block_key(job_id, rank // RANKS_PER_BLOCK)
         block = self.places.get(key) or RankBlock()
-        old = block.places.get(signal.rank)
+        old = block.places.get(rank)
         if old != new and newer_placement(old, new):
             # the block's places are validated already: a new block, not a revalidation of its 64 ranks
-            self.places.put(key, RankBlock.model_construct(places={**block.places, signal.rank: new}))
+            self.places.put(key, RankBlock.model_construct(places={**block.places, rank: new}))
 
     def drop_job_state(self, job_id: str) -> None:
         """Forget a finished job's look-back and placements: rank 0 is in every world communicator and

@@ -12,7 +12,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.incidents import Evidence
-from schemas.signals import Signal
+from schemas.signals import RANK_PLACEMENT_RULE, RankPlacement, Signal
 
 SAMPLES_PER_RULE = 8
 
@@ -64,7 +64,6 @@ class RankPlace(BaseModel):
     inferred: bool = False  # from a neighbouring rank (see infer_place), not the rank's own line
 
 
-RANK_PLACEMENT_RULE = "nccl.rank_placement"
 RANKS_PER_BLOCK = 64
 
 
@@ -95,6 +94,19 @@ def placement_of(signal: Signal) -> RankPlace | None:
         cuda_dev=dev if isinstance(dev, int) else None,
         rank=signal.rank,
         task=task if isinstance(task := signal.attrs.get("task"), int) else None,
+    )
+
+
+def placement_from(placement: RankPlacement) -> RankPlace:
+    """The placement a compact ``RankPlacement`` states: the same as its signal's (``placement_of``)."""
+    return RankPlace(
+        node=placement.node,
+        gpu=nccl_bus_to_pci(placement.bus_id) if placement.bus_id is not None else None,
+        nranks=placement.nranks,
+        time=placement.event_time,
+        cuda_dev=placement.cuda_dev,
+        rank=placement.rank,
+        task=placement.task,
     )
 
 

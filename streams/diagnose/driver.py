@@ -12,12 +12,12 @@ from pathlib import Path
 
 from schemas.incidents import Category
 from schemas.raw import LogLine
-from schemas.signals import Role, Signal
+from schemas.signals import RANK_PLACEMENT_RULE, Role, Signal
 from streams.correlate.attribution import Verdict, attribute, evidence_of
 from streams.correlate.correlator import apply_topology, window_from
 from streams.correlate.progress import JOB_STARTING_RULES, is_checkpoint_save
 from streams.correlate.restarts import failure_of, repeated
-from streams.correlate.state import RANK_PLACEMENT_RULE, PastFailure, placements
+from streams.correlate.state import PastFailure, placements
 from streams.diagnose.reader import MAX_LINE_BYTES, Chunk, RawLine, ReadReport, read_chunks
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize

@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -35,14 +36,14 @@ from connectors.kafka import consumer_config, producer_config
 from connectors.kafka_partitioner import KeyPartitioner
 from schemas import codec
 from schemas.base import utcnow
-from schemas.signals import Signal
+from schemas.signals import RankPlacement, Signal
 from schemas.topics import extract_group
 from streams.extract.extractor import Extractor
 from streams.extract.quiet import RepeatQuieter
 from streams.extract.record import DESTINATIONS, Destination, extract_record, hold_job_signals, sends_nothing
 from streams.pipeline import key_str
 from streams.settings import Settings
-from streams.signal_batches import pack_node_partitions, pack_partitions
+from streams.signal_batches import pack_node_partitions, pack_partitions, pack_placements
 
 log = logging.getLogger("sickbay.extract")
 
@@ -180,6 +181,7 @@ class BatchedExtract:
         last: dict[tuple[str, int], int] = {}
         by_job: dict[bytes, list[Signal]] = {}
         by_node: dict[bytes, list[Signal]] = {}
+        placements: list[RankPlacement] = []
         found = self.prefilter.record_literals([m.value() or b"" for m in msgs])
         for m, literals in zip(msgs, found, strict=True):
             if (err := m.error()) is not None:
@@ -193,7 +195,8 @@ class BatchedExtract:
                 continue
             # read whole, a literal-free record ``sends_nothing`` could not vouch for too (checking
             # it again inside ``extract_record`` would repeat the JSON load and the model)
-            self._extract(m, tp, offset, now, by_job, by_node, literals or None)
+            self._extract(m, tp, offset, now, by_job, by_node, literals or None, placements)
+        self._produce_placements(placements, now)
         self._produce_signals(by_job, by_node)
         self.records += len(msgs)
         self._settle(first, last)
@@ -208,9 +211,11 @@ class BatchedExtract:
         by_job: dict[bytes, list[Signal]],
         by_node: dict[bytes, list[Signal]],
         literals: tuple[int, ...] | None,
+        placements: list[RankPlacement],
     ) -> None:
-        """Job signals and node facts wait for the end of the batch (``_produce_signals``); the rest
-        go now. ``literals``: what the batch scan found in the record (``None``: nothing)."""
+        """Job signals, node facts and rank placements wait for the end of the batch
+        (``_produce_placements``, ``_produce_signals``); the rest go now. ``literals``: what the batch
+        scan found in the record (``None``: nothing)."""
         outs = extract_record(
             self.extractor,
             m.value() or b"",
@@ -221,9 +226,31 @@ class BatchedExtract:
             now,
             self.quieter,
             literals,
+            placements,
         )
         for out in hold_job_signals(outs, by_job, by_node):
             self._produce(self.topics[out.dest], out.key, codec.dumps(out.value))
+
+    def _produce_placements(self, placements: list[RankPlacement], now: datetime) -> None:
+        """The batch's rank placements in their compact form, packed per partition: under their job
+        on ``signals.job`` where the record named it, else under their node on ``signals.node`` for
+        the route step to file under the node's job. Sent ahead of the batch's signals, so that on
+        each partition a job's ranks are placed before the errors naming them are decided."""
+        if not placements:
+            return
+        by_job: dict[bytes, list[RankPlacement]] = {}
+        by_node: dict[bytes, list[RankPlacement]] = {}
+        for p in placements:
+            if p.job_id is not None:
+                by_job.setdefault(p.job_id.encode(), []).append(p)
+            else:
+                by_node.setdefault(p.node.encode(), []).append(p)
+        topic = self.topics["signals_job"]
+        for partition, key, value in pack_placements(by_job, self._job_partition, "job", now):
+            self._produce(topic, key, codec.dumps(value), partition)
+        topic = self.topics["signals_node"]
+        for partition, key, value in pack_placements(by_node, self._node_partition, "node", now):
+            self._produce(topic, key, codec.dumps(value), partition)
 
     def _produce_signals(self, by_job: dict[bytes, list[Signal]], by_node: dict[bytes, list[Signal]]) -> None:
         """Each job's signals of the batch, in the order read, packed with the other jobs of its

@@ -18,7 +18,7 @@ import hostlist
 
 from schemas.base import as_utc
 from schemas.raw import LogLine
-from schemas.signals import AttrValue, Signal, SourceRef
+from schemas.signals import RANK_PLACEMENT_RULE, AttrValue, RankPlacement, Signal, SourceRef
 from streams.extract.carriers import Carried, strip_colours, uncarried
 from streams.extract.rules import Catalog, LookupEntry, Rule, load_catalog
 from streams.extract.summary import Fields, render
@@ -129,12 +129,16 @@ class Extractor:
         pos: Position | None = None,
         wanted: Wanted | None = None,
         within: tuple[int, ...] | None = None,
+        placements: list[RankPlacement] | None = None,
     ) -> list[Signal]:
         """The line's signals. ``wanted`` (the streaming stage's) is asked before each is built and
         may decline it (a repeat the stage would drop, a lead only ``diagnose`` uses): a declined
         signal is not built or returned but still counts as the line's (its group fired, no catch-all
         speaks), so the other signals are those of a call without ``wanted``. ``within``: literal ids
-        holding every literal of the line's text (``Catalog.candidates``)."""
+        holding every literal of the line's text (``Catalog.candidates``). ``placements``: where the
+        streaming stage wants rank placements in their compact form (``RankPlacement``, appended
+        there instead of returned as ``nccl.rank_placement`` signals; one without a node or a rank
+        count is returned as a signal, as it was found)."""
         pos = pos or Position()
         if "\x1b" in line.text:  # terminal colours hide word boundaries and split literals
             line = line.model_copy(update={"text": strip_colours(line.text)})
@@ -160,7 +164,9 @@ class Extractor:
                 fired_groups.add(rule.group)
             line_time, line_host = prefixes.time_and_host
             rank_end = start if rule.rank_scope == "before" else None
-            sig = self._signal(rule, fields, line, pos, observed, line_time, line_host, rank_end, wanted)
+            sig = self._signal(
+                rule, fields, line, pos, observed, line_time, line_host, rank_end, wanted, placements
+            )
             if sig is not None:
                 signals.append(sig)
         return signals
@@ -184,6 +190,7 @@ class Extractor:
         line_host: str | None,
         rank_end: int | None = None,
         wanted: Wanted | None = None,
+        placements: list[RankPlacement] | None = None,
     ) -> Signal | None:
         entry = self._lookup(rule, fields)  # before the pops: a site rule may key its table on any group
         event_time = as_utc(line_time or line.event_time or observed)
@@ -204,6 +211,11 @@ class Extractor:
             )
             if m:
                 rank = int(m.group(1) or m.group(2))
+        if placements is not None and rule.id == RANK_PLACEMENT_RULE:
+            placed = _placement(fields, line, pos, rule, event_time, node, job, rank)
+            if placed is not None:
+                placements.append(placed)
+                return None
         # srun --label's task id, kept beside a rank: where the two agree, tasks are ranks
         task: int | None = None
         if (m := _SRUN_LABEL.match(line.text)) is not None:
@@ -259,3 +271,42 @@ class Extractor:
         if rule.lookup is None or rule.lookup_key is None:
             return None
         return self.catalog.lookups[rule.lookup].get(str(fields.get(rule.lookup_key)))
+
+
+def _placement(
+    fields: dict[str, AttrValue],
+    line: LogLine,
+    pos: Position,
+    rule: Rule,
+    event_time: datetime,
+    node: str | None,
+    job: str | None,
+    rank: Any,
+) -> RankPlacement | None:
+    """The compact form of an ``nccl.rank_placement`` match (``Extractor.extract``'s
+    ``placements``); None where it would not place a rank (no node, rank or rank count)."""
+    nranks, dev = fields.get("nranks"), fields.get("cuda_dev")
+    bus, task = fields.get("bus_id"), fields.get("task")
+    if node is None or not isinstance(rank, int) or not isinstance(nranks, int) or nranks < 1 or rank < 0:
+        return None
+    return RankPlacement(
+        signal_id=_signal_id(line, pos, rule.id, event_time),
+        event_time=event_time,
+        node=node,
+        job_id=job,
+        rank=rank,
+        nranks=nranks,
+        cuda_dev=dev if isinstance(dev, int) else None,
+        bus_id=bus if isinstance(bus, str) else None,
+        task=task if isinstance(task, int) else None,
+        text=line.text[:MAX_TEXT],
+        source=SourceRef(
+            kind=rule.source,
+            adapter=line.adapter,
+            topic=pos.topic,
+            partition=pos.partition,
+            offset=pos.offset,
+            file=pos.file or line.file,
+            line=pos.line,
+        ),
+    )

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Literal, NamedTuple, get_args
 
 from schemas.base import Contract
-from schemas.signals import Signal
+from schemas.signals import RankPlacement, Signal
 from streams.deadletters import dead_letter
 from streams.extract.extractor import Extractor, Position
 from streams.extract.k8s_events import EVENT_ADAPTER
@@ -45,6 +45,7 @@ def extract_record(
     now: datetime,
     quieter: RepeatQuieter | None = None,
     literals: tuple[int, ...] | None = None,
+    placements: list[RankPlacement] | None = None,
 ) -> list[Outgoing]:
     """Signals of one ``raw.logs`` record (job facts → ``signals.job``, node facts → ``signals.node``
     for the route step), a Vector metric event → ``raw.telemetry``, anything unreadable or a rule
@@ -56,7 +57,10 @@ def extract_record(
     found in the record's bytes (``Prefilter.record_literals``). ``()``: none, and the record is then
     only checked, not read into lines, where the bytes can vouch for them (:func:`sends_nothing`).
     Some: where each line's text is a piece of the bytes (:func:`texts_within`), its rules are chosen
-    among those literals' without scanning the text again."""
+    among those literals' without scanning the text again.
+
+    ``placements``: where the batched stage collects rank placements in their compact form
+    (``Extractor.extract``); they are then not among the returned signals."""
     if literals is not None and not literals and sends_nothing(value):
         return []
     try:
@@ -65,14 +69,17 @@ def extract_record(
         out: list[Outgoing] = []
         wanted = _streamed if quieter is None else quieter.streamed
         within = literals if literals and texts_within(value) else None
+        placed: list[RankPlacement] | None = None if placements is None else []
         for i, line in enumerate(normalize_all(value, key_host=key)):
             pos = Position(topic, partition, offset, index=i)
             hint = within if line.adapter != EVENT_ADAPTER else None  # an Event's text is re-encoded
-            for sig in extractor.extract(line, now, pos, wanted, hint):
+            for sig in extractor.extract(line, now, pos, wanted, hint, placed):
                 if sig.job_id is not None:
                     out.append(Outgoing("signals_job", sig.job_id.encode(), sig))
                 else:
                     out.append(Outgoing("signals_node", (sig.node or "_unknown").encode(), sig))
+        if placements is not None and placed:  # only a record read whole: a dead letter places nothing
+            placements.extend(placed)
         return out
     except BadRecord as exc:
         letter = dead_letter("extract", exc.reason, exc.detail, value, key, topic, partition, offset)

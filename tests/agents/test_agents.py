@@ -23,6 +23,7 @@ from schemas.signals import AssignmentBatch, JobNodeAssignment, Signal, SignalBa
 from streams import faust_events
 from streams.app import create_app
 from streams.correlate import agent as agent_module
+from streams.correlate.state import RANKS_PER_BLOCK
 from streams.pipeline import Pipeline, build
 from streams.settings import Settings
 from tests.factories import (
@@ -292,7 +293,7 @@ async def test_correlate_blames_the_node_a_failing_rank_runs_on_not_the_host_tha
 
 async def test_a_packed_burst_of_placements_over_several_blocks_names_the_failing_ranks_node(pipe: Pipeline):
     """A 160-rank job's init lines arrive packed (one message per read of the raw logs); they fill
-    three 64-rank blocks, each written once, and the failing rank's node is found in the third."""
+    its rank blocks, each written once per read, and the failing rank's node is found in its block."""
     alloc = one(slurmctld_allocate("44", "gpu-[01-20]", T0), offset=1)
     inits = [
         one(
@@ -319,8 +320,9 @@ async def test_a_packed_burst_of_placements_over_several_blocks_names_the_failin
                 batch = SignalBatch(job_id="44", signals=inits[start : start + 100])
                 await agent.put(_as_dict(batch), key=b"44")
         assert not any(c.deferring for c in caches)  # every batch wrote on its way out
-        blocks = sorted(k for k in writes if "|b" in k)
-        assert blocks == ["44|b0", "44|b1", "44|b1", "44|b2"]  # one write per block per read
+        blocks = [k for k in writes if "|b" in k]
+        per_read = [{r // RANKS_PER_BLOCK for r in range(a, b)} for a, b in ((0, 100), (100, 160))]
+        assert sorted(blocks) == sorted(f"44|b{b}" for read in per_read for b in read)  # once per read
         await agent.put(_as_dict(ecc), key=b"44")
         [(_, incident)] = pipe.sent["incidents"]
         assert (incident.culprit.node, incident.culprit.gpu) == ("gpu-19", "0000:9a:00")
@@ -328,7 +330,9 @@ async def test_a_packed_burst_of_placements_over_several_blocks_names_the_failin
         later = datetime.now(UTC) + timedelta(days=1)  # the window closed and past the lateness bound
         with patch("streams.correlate.agent.utcnow", return_value=later):
             await agent.put({"tick": True}, key=b"44")
-        assert [table.get(f"44|b{b}") for b in range(3)] == [None, None, None]
+        assert [table.get(f"44|b{b}") for b in range(160 // RANKS_PER_BLOCK)] == [None] * (
+            160 // RANKS_PER_BLOCK
+        )
 
 
 def _failing_job(job: str, first: int, offset: int) -> list[Signal]:
@@ -885,3 +889,83 @@ async def test_a_checkpoint_saved_between_two_alike_failures_keeps_the_job_resta
     incidents = await _two_attempts_failing_alike(pipe, saved_between=True)
     second = [i for i in incidents if i.attempt == 2]
     assert second and second[-1].restartable is True
+
+
+def _placements(
+    node_of: Any, ranks: range, nranks: int, host: str = "gpu-01", job: str | None = None
+) -> list:
+    """Compact placements as the batched extract stage makes them, from the init lines of ``ranks``
+    collected on ``host`` (``job``: the record names it, as a ``slurm-<id>.out`` path does)."""
+    from streams.extract.extractor import Extractor, Position
+    from streams.extract.normalize import normalize
+
+    extractor = Extractor()
+    out: list = []
+    for r in ranks:
+        raw = job_output(host, job or "0", T0, nccl_init(node_of(r), r, nranks, r % 8, "9a000"))
+        line = normalize(raw)
+        if job is None:
+            line = line.model_copy(update={"job_id": None, "file": "/scratch/run/train.out"})
+        assert extractor.extract(line, T0, Position("raw", 0, 100 + r), placements=out) == []
+    return out
+
+
+async def test_route_files_packed_placements_under_each_nodes_job_and_sends_them_ahead_of_its_facts(
+    pipe: Pipeline,
+):
+    """Placements the extract stage packed per partition of signals.node (no job named) are filed
+    under the job each node serves and go out packed on signals.job ahead of the take's forwarded
+    facts, so the job's ranks are placed before the errors naming them are decided; a placement
+    on a node that serves no job places nothing."""
+    from schemas.signals import PlacementBatch
+
+    def assign(node: str, job: str) -> dict[str, Any]:
+        return _as_dict(JobNodeAssignment(node=node, job_id=job, attempt=1, state="assigned", event_time=T0))
+
+    placed = _placements(lambda r: f"gpu-0{r // 8 + 1}", range(24), 24)  # gpu-01..03; gpu-03 has no job
+    assert {p.job_id for p in placed} == {None}
+    batch = PlacementBatch(keyed_by="node", observed_time=T0, placements=placed)
+    xid = one(kernel_xid("gpu-02", 79, T0 + timedelta(minutes=1)), offset=3)
+    events = [
+        _Event(b"gpu-01", assign("gpu-01", "42"), 0, 1),
+        _Event(b"gpu-02", assign("gpu-02", "42"), 0, 2),
+        _Event(b"gpu-01", _as_dict(batch), 0, 3),
+        _Event(b"gpu-02", _as_dict(xid), 0, 4),
+    ]
+    await pipe.agents["stage"].on_node_events(events)
+    (_, first), (_, second) = pipe.sent["signals_job"]
+    assert isinstance(first, PlacementBatch) and first.keyed_by == "job"
+    assert [(p.job_id, p.rank, p.routed) for p in first.placements] == [("42", r, True) for r in range(16)]
+    assert isinstance(second, Signal) and second.signal_id == xid.signal_id
+
+
+async def test_correlate_places_ranks_from_packed_placements_and_names_the_failing_ranks_node(pipe: Pipeline):
+    """Placements filed under their job reach the job's placement blocks as their signals would: an
+    error naming rank 150 of a 160-rank job blames that rank's node and GPU."""
+    from schemas.signals import PlacementBatch
+
+    alloc = one(slurmctld_allocate("44", "gpu-[01-20]", T0), offset=1)
+    placed = _placements(lambda r: f"gpu-{r // 8 + 1:02d}", range(160), 160, job="44")
+    assert {p.job_id for p in placed} == {"44"}
+    line = "[rank150]:RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    ecc = one(job_output("gpu-01", "44", T0 + timedelta(minutes=3), line), offset=400)
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put(_as_dict(alloc), key=b"44")
+        await agent.put(
+            _as_dict(PlacementBatch(keyed_by="job", observed_time=T0, placements=placed)), key=b"44"
+        )
+        await agent.put(_as_dict(ecc), key=b"44")
+    [(_, incident)] = pipe.sent["incidents"]
+    assert (incident.culprit.node, incident.culprit.gpu) == ("gpu-19", "0000:9a:00")
+    assert pipe.sent["dlq"] == []
+
+
+async def test_a_placement_batch_that_does_not_validate_is_dead_lettered_whole(pipe: Pipeline):
+    bad = {"kind": "placement_batch", "keyed_by": "job", "observed_time": T0.isoformat(), "placements": []}
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put(bad, key=b"44")
+    await pipe.agents["stage"].on_node_events([_Event(b"gpu-01", bad, 0, 1)])
+    assert [(d.stage, d.reason) for _, d in pipe.sent["dlq"]] == [
+        ("correlate", "invalid_record"),
+        ("route", "invalid_record"),
+    ]

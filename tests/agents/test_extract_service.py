@@ -98,6 +98,20 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
+def _wait_ignoring(pid: int, *signals: signal.Signals, timeout_s: float = 30.0) -> None:
+    """Until the process ignores ``signals`` (its ``SigIgn`` mask in /proc): a slow host can take
+    more than a second to start a child, and a signal sent before it set SIG_IGN would kill it."""
+    want = sum(1 << (s - 1) for s in signals)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = Path(f"/proc/{pid}/status").read_text()
+        ignored = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("SigIgn:")), 16)
+        if ignored & want == want:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} did not come to ignore {signals} within {timeout_s} s")
+
+
 def test_an_extract_process_dies_with_its_worker_and_ignores_the_terminals_signals(tmp_path):
     """A ``kill -9``'d worker must not leave its extract process reading ``raw.logs`` as an orphan; a
     Ctrl-C or SIGTERM to the worker's group is the worker's to handle (it stops the child in order)."""
@@ -112,7 +126,7 @@ def test_an_extract_process_dies_with_its_worker_and_ignores_the_terminals_signa
     try:
         assert worker.stdout is not None
         child = int(worker.stdout.readline())
-        time.sleep(1.0)  # the child is past its start-up
+        _wait_ignoring(child, signal.SIGINT, signal.SIGTERM)  # past its start-up
         for sig in (signal.SIGINT, signal.SIGTERM):
             os.kill(child, sig)
         time.sleep(0.5)
