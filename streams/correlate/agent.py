@@ -249,8 +249,8 @@ class CorrelateStage:
         """Rank placements in their compact form (``PlacementBatch``, as the extract stage packs them
         per partition of ``signals.node``): each filed under the jobs its node serves at the line's
         time and sent on packed at the take's end, like a node fact. One on a node that serves no job
-        then places nothing (its signal was dropped there too). A batch that does not validate is dead-lettered
-        whole (its placements come from one read of one extract stage)."""
+        then places nothing (its signal was dropped there too). A batch that does not validate is
+        dead-lettered whole (its placements come from one read of one extract stage)."""
         try:
             batch = PlacementBatch.model_validate(event.value)
         except ValidationError as exc:
