@@ -185,6 +185,10 @@ class CorrelateStage:
         self.lookback = app.Table(TABLE_JOB_LOOKBACK, default=None, partitions=settings.partitions)
         app.on_partitions_revoked.connect(self.forget_caches)
         app.on_partitions_assigned.connect(self.forget_caches)
+        # when this worker's streams last resumed (a rebalance's table recovery done, or the start):
+        # an unclaimed fact's grace counts from then at the earliest (``release_unclaimed``)
+        self._resumed_at: datetime | None = None
+        app.on_rebalance_complete.connect(self.resumed)
         # job -> (closed, last_signal_at) of each window, for the refine timer: decoding every window
         # of the table each second cost more than the ticks. Kept by the writes below and rebuilt from
         # the table after a rebalance and once a minute (a recovery fills the table behind our back).
@@ -406,11 +410,19 @@ class CorrelateStage:
         A GPU that falls off the bus on an idle node must still be drained. Only facts that
         implicate the node (a root candidate with an isolation scope) are released this way;
         the rest expire after the lateness bound (they stay in ClickHouse via signals.node).
+
+        The grace runs from the fact's observation or, if later, from when this worker's streams
+        last resumed (``resumed``): while a rebalance and its table recovery hold the streams, the
+        job's topology cannot arrive either (its allocation line may sit on a dead worker's
+        partition), and a grace spent waiting for a failover made a late-routed fault both its
+        job's root and a second, node-level incident (the scale-out test's broker loss + kill -9,
+        2026-12-03: ``node:dgx-v100-315`` beside job 300013's own incident).
         """
         keep: list[Signal] = []
         node_job = NodeJob(job_id=f"node:{node}", attempt=1, assigned_at=now)
+        resumed = self._resumed_at
         for sig in state.pending:
-            waited = now - sig.observed_time
+            waited = now - (sig.observed_time if resumed is None else max(sig.observed_time, resumed))
             if waited < self.unclaimed_grace:
                 keep.append(sig)
             elif sig.role == Role.ROOT_CANDIDATE and sig.isolation != "none":
@@ -645,6 +657,11 @@ class CorrelateStage:
         updated, incident = decide_now(updated, topo, now, self.timing, self.place_of(job_id))
         await self.publish(incident)
         self._keep_window(job_id, updated)
+
+    async def resumed(self, *_: Any, **__: Any) -> None:
+        """The streams run again after a rebalance (Faust's ``on_rebalance_complete``: tables
+        recovered): from now the topology the node facts wait for can arrive."""
+        self._resumed_at = utcnow()
 
     async def forget_caches(self, *_: Any, **__: Any) -> None:
         """Partitions moved: parsed copies may be stale, the tables are the truth again."""

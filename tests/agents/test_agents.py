@@ -238,6 +238,22 @@ async def test_route_makes_an_unclaimed_node_fault_the_nodes_own_incident_after_
     assert (key, routed.job_id, routed.signal_id) == (b"node:gpu-09", "node:gpu-09", xid.signal_id)
 
 
+async def test_route_gives_an_unclaimed_fault_its_whole_grace_after_a_rebalance(pipe: Pipeline):
+    """A fault observed long ago is not released the moment a rebalance ends: its job's allocation may
+    be in the backlog the recovered streams are about to read, so the grace starts again there."""
+    stage = pipe.agents["stage"]
+    xid = one(kernel_xid("gpu-09", 79, T0), offset=3)  # observed long before the rebalance
+    await stage.resumed()  # a rebalance's recovery has just finished
+    async with pipe.agents["route"].test_context() as agent:
+        await agent.put(_as_dict(xid), key=b"gpu-09")
+        await agent.put({"tick": True}, key=b"gpu-09")
+        assert pipe.sent["signals_job"] == []  # still waiting for its job's topology
+        stage._resumed_at = utcnow() - timedelta(seconds=pipe.settings.unclaimed_grace_s + 1)
+        await agent.put({"tick": True}, key=b"gpu-09")
+    [(key, routed)] = pipe.sent["signals_job"]
+    assert (key, routed.signal_id) == (b"node:gpu-09", xid.signal_id)
+
+
 async def test_correlate_builds_one_hardware_incident_from_topology_cascade_and_root(pipe: Pipeline):
     alloc = one(slurmctld_allocate("42", "gpu-[01-04]", T0), offset=1)
     timeouts = [
