@@ -40,6 +40,7 @@ from schemas.raw import (
     SickbayLinesRecord,
     VectorRecord,
 )
+from streams.extract.acceptance import Acceptance
 from streams.extract.k8s_events import event_line, is_event, with_event_subject
 from streams.extract.timeparse import parse_rfc3339
 
@@ -510,6 +511,14 @@ def _load_record(value: bytes) -> dict[str, Any] | None:
     return obj
 
 
+# the shapes checked without building their model where their fields surely validate (acceptance.py)
+_SURELY_VALID: dict[type[BaseModel], Acceptance] = {
+    model: sure
+    for model in (FluentBitRecord, VectorRecord, FilebeatRecord, RsyslogJsonRecord)
+    if (sure := Acceptance.of(model)) is not None
+}
+
+
 def vet_without_lines(value: bytes) -> bool:
     """Check a record in whose bytes no rule literal occurs (``Prefilter.records_with_literals``),
     without building its lines: no rule can fire on them, so only the checks matter. Raises the
@@ -535,7 +544,19 @@ def vet_without_lines(value: bytes) -> bool:
     shape = _model_shape(obj)
     if shape is None:
         return False
-    rec = _validate(shape[0], obj)
-    if isinstance(rec, FluentBitRecord):  # the one conversion that can fail after validation
-        _epoch_or_datetime(rec.timestamp if rec.timestamp is not None else rec.time)
+    model = shape[0]
+    sure = _SURELY_VALID.get(model)
+    if model is not FluentBitRecord:
+        if sure is None or not sure.accepts(obj):
+            _validate(model, obj)
+        return True
+    # Fluent Bit's time is the one conversion that can fail after validation; read from the record
+    # where it is a number (alias first, as pydantic reads it), from the model otherwise
+    stamp = obj["@timestamp"] if "@timestamp" in obj else obj.get("timestamp")
+    if stamp is None:
+        stamp = obj.get("time")
+    if sure is None or type(stamp) not in (float, int, type(None)) or not sure.accepts(obj):
+        rec = _validate(model, obj)
+        stamp = rec.timestamp if rec.timestamp is not None else rec.time
+    _epoch_or_datetime(stamp)
     return True
