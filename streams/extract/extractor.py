@@ -9,10 +9,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
-from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import hostlist
 
@@ -36,19 +34,19 @@ MAX_TEXT = 4096
 Wanted = Callable[[Rule, str | None, str | None, datetime], bool]
 
 
-@dataclass(frozen=True, slots=True)
-class Position:
-    """Where a record was read; makes ``signal_id`` stable under replay."""
+class Position(NamedTuple):
+    """Where a record was read; makes ``signal_id`` stable under replay. A named tuple: one is built
+    per record read, and a frozen dataclass's field-by-field setup cost several times as much."""
 
     topic: str | None = None
     partition: int | None = None
     offset: int | None = None
     file: str | None = None
     line: int | None = None
-    index: int = 0  # which line of a record that carries several (OTLP, Loki push, batches)
+    nth: int = 0  # which line of a record that carries several (OTLP, Loki push, batches)
 
     def token(self) -> str | None:
-        suffix = f"#{self.index}" if self.index else ""
+        suffix = f"#{self.nth}" if self.nth else ""
         if self.topic is not None and self.offset is not None:
             return f"{self.topic}/{self.partition}/{self.offset}{suffix}"
         if self.file is not None and self.line is not None:
@@ -82,20 +80,35 @@ def _signal_id(line: LogLine, pos: Position, rule_id: str, event_time: datetime)
     return hashlib.blake2b(f"{token}|{rule_id}".encode(), digest_size=10).hexdigest()
 
 
+_UNREAD: Any = object()
+
+
 class _Prefixes:
     """What a line's prefixes say, each read once and only for a line some rule matched or wants
-    without its carrier prefix (most lines are neither)."""
+    without its carrier prefix (most lines are neither). Lazy by hand: Python 3.11's
+    ``cached_property`` takes a lock on every read, which cost more than the reads it saved."""
+
+    __slots__ = ("_carried", "_time_and_host", "line", "observed")
 
     def __init__(self, line: LogLine, observed: datetime) -> None:
         self.line = line
         self.observed = observed
+        self._carried: Carried | None = _UNREAD
+        self._time_and_host: tuple[datetime | None, str | None] = _UNREAD
 
-    @cached_property
+    @property
     def carried(self) -> Carried | None:
-        return uncarried(self.line.text)
+        if self._carried is _UNREAD:
+            self._carried = uncarried(self.line.text)
+        return self._carried
 
-    @cached_property
+    @property
     def time_and_host(self) -> tuple[datetime | None, str | None]:
+        if self._time_and_host is _UNREAD:
+            self._time_and_host = self._read_time_and_host()
+        return self._time_and_host
+
+    def _read_time_and_host(self) -> tuple[datetime | None, str | None]:
         """The time and host the line's own prefix states; behind a carrier prefix (``kubectl``'s
         time comes first, a pdsh host last: a syslog header's host is the line's own)."""
         text = self.line.text

@@ -71,7 +71,7 @@ def extract_record(
         within = literals if literals and texts_within(value) else None
         placed: list[RankPlacement] | None = None if placements is None else []
         for i, line in enumerate(normalize_all(value, key_host=key)):
-            pos = Position(topic, partition, offset, index=i)
+            pos = Position(topic, partition, offset, nth=i)
             hint = within if line.adapter != EVENT_ADAPTER else None  # an Event's text is re-encoded
             for sig in extractor.extract(line, now, pos, wanted, hint, placed):
                 if sig.job_id is not None:
