@@ -48,7 +48,9 @@ def looks_like_metric(value: bytes) -> bool:
     head = value[:1]
     if head not in (b"{", b" ", b"\n"):
         return False
-    return b'"kind"' in value and b'"tags"' in value and b'"name"' in value
+    # find(), not ``in``: CPython's bytes ``in`` first tries the operand as an int and builds (then
+    # drops) a TypeError, which cost more than the search on every record
+    return value.find(b'"kind"') >= 0 and value.find(b'"tags"') >= 0 and value.find(b'"name"') >= 0
 
 
 def _metric_obj(value: bytes) -> dict[str, Any] | None:
