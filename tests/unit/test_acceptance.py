@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas import codec
 from schemas.raw import FilebeatRecord, FluentBitRecord, LogLine, RsyslogJsonRecord, VectorRecord
@@ -88,7 +88,12 @@ def test_a_record_called_valid_is_one_pydantic_takes(model, data):
         ),
         (
             VectorRecord,
-            {"message": "hi", "timestamp": "2026-12-03T11:55:17.794862Z", "host": "n1", "source_type": "file"},
+            {
+                "message": "hi",
+                "timestamp": "2026-12-03T11:55:17.794862Z",
+                "host": "n1",
+                "source_type": "file",
+            },
         ),
         (VectorRecord, {"message": "hi", "PRIORITY": "4", "_TRANSPORT": "kernel", "host": "n1"}),
         (
