@@ -511,6 +511,7 @@ def _load_record(value: bytes) -> dict[str, Any] | None:
     return obj
 
 
+_CLOCK_TYPES = frozenset({float, int, type(None)})  # a Fluent Bit time the check reads from the record
 # the shapes checked without building their model where their fields surely validate (acceptance.py)
 _SURELY_VALID: dict[type[BaseModel], Acceptance] = {
     model: sure
@@ -555,7 +556,7 @@ def vet_without_lines(value: bytes) -> bool:
     stamp = obj["@timestamp"] if "@timestamp" in obj else obj.get("timestamp")
     if stamp is None:
         stamp = obj.get("time")
-    if sure is None or type(stamp) not in (float, int, type(None)) or not sure.accepts(obj):
+    if sure is None or type(stamp) not in _CLOCK_TYPES or not sure.accepts(obj):
         rec = _validate(model, obj)
         stamp = rec.timestamp if rec.timestamp is not None else rec.time
     _epoch_or_datetime(stamp)
