@@ -59,3 +59,26 @@ def test_munge_refusing_credentials_is_infrastructure_a_retry_does_not_fix():
 def test_open_mpi_losing_a_daemon_blames_the_host_not_the_rank_that_was_killed():
     v = output_verdict(MPIRUN_NOTICED, ORTE_LOST)
     assert outcome(v) == ("framework.mpi_daemon_lost", Category.HARDWARE_HOST, True)
+
+
+RDMA_POLLING = (
+    "link mlx5_7/1 subnet_prefix fe80:0000:0000:0000 lid 3403 sm_lid 1 lmc 0 "
+    "state DOWN physical_state POLLING"
+)
+NCCL_RETRY_EXCEEDED = (
+    "gpu-01:2042:2101 [3] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<44120> with error 12, "
+    "opcode 0, len 0, vendor err 129 (Recv) localGid ::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2"
+)
+
+
+def test_a_port_listed_as_polling_is_a_network_root_that_drains_nothing():
+    """rccl#1423: mlx5_7 flapping between DOWN/POLLING and ACTIVE under a job's collectives. A spare
+    port nobody cabled reads the same, so the link is named and no node is drained."""
+    v = output_verdict(RDMA_POLLING, WATCHDOG)
+    assert outcome(v) == ("network.ib_port_not_linked", Category.HARDWARE_NETWORK, True)
+    assert v.isolate == []
+
+
+def test_a_port_listing_loses_to_the_transport_error_it_sits_beside():
+    v = output_verdict("\t\tPhysical state: Polling", NCCL_RETRY_EXCEEDED, WATCHDOG)
+    assert outcome(v)[0] == "network.ib_retry_exceeded"
