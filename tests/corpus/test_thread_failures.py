@@ -23,7 +23,8 @@ and all 211 read 136 / 146 / 185; with round 6 and its rules all 227 read 143 / 
 (2026-12-02) they read 201 / 215 / 267; with NVML's "Unknown Error" read as NVIDIA's container stack
 (system software), glog/absl failed checks, torchelastic's `got sigval:1` form, the container
 runtime's driver timeout and NCCL's bootstrap failing with a system error, 208 / 221 / 268; with
-an InfiniBand port listed as not linked (`rdma link`, `ibstat`, 2026-12-03) 209 / 221 / 268.
+an InfiniBand port listed as not linked (`rdma link`, `ibstat`, 2026-12-03) 209 / 221 / 268, and
+with NCCL finding no path back in the topology and older torch's internal-error line 210 / 223 / 268.
 The floors sit just under that; raise them when attribution improves.
 """
 

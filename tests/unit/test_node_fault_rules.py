@@ -1,6 +1,7 @@
 """Verdicts on a node's own faults as its kernel and the launchers around a job report them: a local
 NVMe drive the driver gives up on, a Mellanox NIC whose firmware failed, MUNGE refusing credentials
-between hosts, Open MPI losing a node's daemon. Each rule's examples sit beside it in the catalog;
+between hosts, Open MPI losing a node's daemon, an InfiniBand port that cannot link, NCCL finding no
+path back in the node's topology. Each rule's examples sit beside it in the catalog;
 these tests pin down what attribution makes of the lines beside the cascade they cause (Linux
 drivers/nvme/host/pci.c and mlx5 health.c messages, Slurm's auth_munge, Open MPI's ORTE help text)."""
 
@@ -82,3 +83,24 @@ def test_a_port_listed_as_polling_is_a_network_root_that_drains_nothing():
 def test_a_port_listing_loses_to_the_transport_error_it_sits_beside():
     v = output_verdict("\t\tPhysical state: Polling", NCCL_RETRY_EXCEEDED, WATCHDOG)
     assert outcome(v)[0] == "network.ib_retry_exceeded"
+
+
+OLD_INTERNAL = (
+    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
+    "internal error, NCCL version 2.14.3"
+)
+NO_REVERSE_PATH = "[rank2]: Failed to find reverse path from remNode 0/5f000 nlinks 4 to node 0/cb000"
+
+
+def test_nccl_finding_no_path_back_in_the_topology_is_the_node_s_software_not_worth_a_restart():
+    """milabench#183 (NCCL 2.14.3 on H100), nccl#1253 (a driver that misreports NVLink): the same
+    topology meets the same NCCL on a rerun."""
+    v = output_verdict(OLD_INTERNAL, "[rank2]: ncclInternalError: Internal check failed.", NO_REVERSE_PATH)
+    assert outcome(v)[1:] == (Category.SYSTEM_SOFTWARE, False)  # the internal error line leads
+    assert v.isolate == []
+    alone = output_verdict(NO_REVERSE_PATH)  # nccl#1253 posted only this line
+    assert outcome(alone) == ("nccl.topology_no_reverse_path", Category.SYSTEM_SOFTWARE, False)
+
+
+def test_an_older_torch_s_nccl_internal_error_reads_like_the_newer_one():
+    assert outcome(output_verdict(OLD_INTERNAL)) == ("nccl.internal_error", Category.SYSTEM_SOFTWARE, False)
