@@ -43,7 +43,6 @@ class _Field:
     types: frozenset[type]  # values of these exact types are taken as they are
     parse: Callable[[Any], Any] | None  # a string is checked by the field's own validator (a datetime)
     nested: Acceptance | None  # an object is checked against the nested model
-    required: bool
 
 
 class Acceptance:
@@ -79,7 +78,7 @@ class Acceptance:
             alias = info.validation_alias
             if info.metadata or (alias is not None and not isinstance(alias, str)):
                 return None  # constraints or alias paths: only pydantic reads them right
-            field = _field_of(info.annotation, info.is_required())
+            field = _field_of(info.annotation)
             if field is None:
                 return None
             keys = (name,) if info.alias is None else (info.alias, name)  # populate_by_name: either
@@ -87,7 +86,7 @@ class Acceptance:
                 keys = (info.alias,)
             for key in keys:
                 fields[key] = field
-            if field.required:
+            if info.is_required():
                 required.append(keys)
         return cls(fields, tuple(required))
 
@@ -121,7 +120,7 @@ class Acceptance:
         return True
 
 
-def _field_of(annotation: Any, required: bool) -> _Field | None:
+def _field_of(annotation: Any) -> _Field | None:
     """How one annotation is tested; None for one this module does not read (the model is then left
     to pydantic whole)."""
     members = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
@@ -148,5 +147,4 @@ def _field_of(annotation: Any, required: bool) -> _Field | None:
         # the adapter's core validator: its Python wrapper cost twice the parse
         parse=TypeAdapter(annotation).validator.validate_python if dated else None,
         nested=nested,
-        required=required,
     )
