@@ -24,7 +24,9 @@ and all 211 read 136 / 146 / 185; with round 6 and its rules all 227 read 143 / 
 (system software), glog/absl failed checks, torchelastic's `got sigval:1` form, the container
 runtime's driver timeout and NCCL's bootstrap failing with a system error, 208 / 221 / 268; with
 an InfiniBand port listed as not linked (`rdma link`, `ibstat`, 2026-12-03) 209 / 221 / 268, and
-with NCCL finding no path back in the topology and older torch's internal-error line 210 / 223 / 268.
+with NCCL finding no path back in the topology and older torch's internal-error line 210 / 223 / 268;
+with the Xid as DCGM, NVSentinel and a quoted kernel line report it and NCCL's GPUDirect RDMA
+being off (2026-12-03) 212 / 224 / 268.
 The floors sit just under that; raise them when attribution improves.
 """
 
@@ -53,16 +55,16 @@ def test_the_thread_set_is_299_cases_apart_from_the_given_corpus(outcomes):
 
 
 def test_category_accuracy_stays_above_its_floor(outcomes):
-    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.69, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_category == o.want_category) >= 0.70, table(outcomes)
 
 
 def test_gpu_faults_are_recognised(outcomes):
     gpu = [o for o in outcomes if o.want_category == "hardware_gpu"]
-    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.70, table(outcomes)
+    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.75, table(outcomes)
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.73, table(outcomes)
+    assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.74, table(outcomes)
 
 
 def test_isolation_advice_stays_above_its_floor(outcomes):

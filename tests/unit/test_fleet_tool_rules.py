@@ -8,7 +8,7 @@ diffusion-pipe#325)."""
 from __future__ import annotations
 
 from schemas.incidents import Category
-from tests.factories import outcome, output_verdict
+from tests.factories import T0, job_output, outcome, output_verdict, signals
 
 UCX_RETRY = (
     "[lxbk1127:2330856:0:2330856] ib_mlx5_log.c:177  Transport retry count exceeded on mlx5_0:1/IB "
@@ -19,6 +19,14 @@ PLUGIN_XID_79 = (
     "I0523 10:11:12.345678       1 health.go:151] XidCriticalError: Xid=79 on Device="
     "GPU-5e2b6f1c-8d3a-4c1e-9b7f-0a1d2c3e4f50; marking device as unhealthy."
 )
+DCGM_XID_79 = "Detected XID 79 for GPU 3"
+NVSENTINEL_XID_48 = (
+    "Warning  GpuXidErrorIsNotHealthy  node/gpu-node-17  ErrorCode:48 GPU:2 XID error occured "
+    "Recommended Action=RESTART_BM;"
+)
+NVSENTINEL_XID_13 = "GpuXidError  True  GpuXidErrorIsNotHealthy  ErrorCode:13 GPU:0 XID error occured Recommended Action=NONE;"
+QUOTED_XID_149 = "Xid 149, NETIR_LINK_DOWN Fatal XC0 i0 Link 14"
+GDR_OFF = "learn01:2228637:2230195 [3] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'"
 PLUGIN_XID_13 = (
     "I0523 10:11:12.345678       1 health.go:151] XidCriticalError: Xid=13 on Device=GPU-5e2b6f1c; "
     "marking device as unhealthy."
@@ -106,6 +114,42 @@ def test_a_node_that_cannot_reach_the_hub_with_nothing_cached_is_not_fixed_by_a_
         False,
     )
     assert v.isolate == []  # every node of such a cluster is the same
+
+
+def test_dcgm_s_xid_report_is_the_gpu_fault_and_names_the_gpu_by_its_index():
+    v = output_verdict(WATCHDOG, DCGM_XID_79)
+    assert outcome(v) == ("gpu.dcgm_xid", Category.HARDWARE_GPU, True)
+    assert v.root.gpu == "3"
+    assert v.isolate  # an Xid 79: the GPU comes out of service
+
+
+def test_nvsentinel_s_gpu_xid_condition_reads_through_the_xid_table():
+    assert _outcome(WATCHDOG, NVSENTINEL_XID_48) == ("gpu.nvsentinel_xid", Category.HARDWARE_GPU, True)
+    app = output_verdict(NVSENTINEL_XID_13)
+    assert app.category == Category.APPLICATION  # Xid 13 once: the program's fault, whoever reports it
+    assert app.isolate == []
+
+
+def test_an_xid_quoted_without_its_kernel_head_still_gives_its_code_and_link():
+    v = output_verdict(QUOTED_XID_149)
+    assert outcome(v) == ("gpu.xid_quoted", Category.HARDWARE_GPU, True)
+    assert v.root.attrs["link"] == 14
+
+
+def test_prose_that_lists_xid_codes_is_no_xid():
+    prose = job_output("gpu-01", "7", T0, "We saw Xid 13, 31 and 43 on this cluster last week")
+    assert signals(prose) == []
+
+
+def test_gpudirect_rdma_disabled_alone_is_the_node_s_software_set_up():
+    """NVIDIA/nccl#1676: no error, a job several times slower; nothing else in the log explains it."""
+    v = output_verdict(GDR_OFF)
+    assert outcome(v) == ("nccl.gdr_disabled", Category.SYSTEM_SOFTWARE, False)
+    assert v.isolate == []
+
+
+def test_gpudirect_rdma_disabled_loses_to_any_cascade():
+    assert output_verdict(GDR_OFF, WATCHDOG).root.rule != "nccl.gdr_disabled"
 
 
 def test_the_hubs_host_not_resolving_is_the_missing_way_out_not_a_dns_blip():
