@@ -26,7 +26,8 @@ runtime's driver timeout and NCCL's bootstrap failing with a system error, 208 /
 an InfiniBand port listed as not linked (`rdma link`, `ibstat`, 2026-12-03) 209 / 221 / 268, and
 with NCCL finding no path back in the topology and older torch's internal-error line 210 / 223 / 268;
 with the Xid as DCGM, NVSentinel and a quoted kernel line report it and NCCL's GPUDirect RDMA
-being off (2026-12-03) 212 / 224 / 268.
+being off (2026-12-03) 212 / 224 / 268,
+and with TensorFlow's path not found 213 / 225 / 268.
 The floors sit just under that; raise them when attribution improves.
 """
 

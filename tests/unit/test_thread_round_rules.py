@@ -236,3 +236,13 @@ def test_a_node_s_reason_text_shipped_from_another_host_drains_nothing():
     ctld = "error: Setting node gpu-07 state to INVAL with reason:gres/gpu count reported lower than configured (7 < 8)"
     (sig,) = ex.extract(LogLine(text=ctld, adapter="plain", host="slurmctl01"), now)
     assert (sig.rule, sig.node, sig.isolation) == ("scheduler.slurm_gpu_count_low", "gpu-07", "node")
+
+
+def test_a_tensorflow_path_not_found_is_the_storage_and_a_missing_checkpoint_key_the_program():
+    """tensorflow/ecosystem#28: each pod's own train_dir, so the chief cannot merge the shards."""
+    shards = (
+        "NotFoundError (see above for traceback): /train_dir/model.ckpt-0_temp_5fcd/part-00000-of-00002.index"
+    )
+    assert outcome(output_verdict(shards)) == ("infra.tf_path_not_found", Category.INFRASTRUCTURE, False)
+    key = "tensorflow.python.framework.errors_impl.NotFoundError: Key dense/kernel not found in checkpoint"
+    assert output_verdict(key).category != Category.INFRASTRUCTURE
