@@ -246,3 +246,15 @@ def test_a_tensorflow_path_not_found_is_the_storage_and_a_missing_checkpoint_key
     assert outcome(output_verdict(shards)) == ("infra.tf_path_not_found", Category.INFRASTRUCTURE, False)
     key = "tensorflow.python.framework.errors_impl.NotFoundError: Key dense/kernel not found in checkpoint"
     assert output_verdict(key).category != Category.INFRASTRUCTURE
+
+
+def test_ddp_s_list_of_parameters_without_a_gradient_is_the_model_code_not_worth_a_restart():
+    """Round 11: lucidrains/imagen-pytorch#75 and Project-MONAI/GenerativeModels#402 posted only the
+    list the reducer adds to its error; the rank it names is where the list was printed."""
+    names = "Parameters which did not receive grad for rank 14: final_res_block.time_mlp.1.bias, norm_mid_cond.weight"
+    v = output_verdict(names)
+    assert outcome(v) == ("framework.ddp_unused_parameters", Category.APPLICATION, False)
+    assert v.root.rank == 14
+    assert v.isolate == []
+    indices = "[rank3]: Parameter indices which did not receive grad for rank 3: 149 150 151 152"
+    assert outcome(output_verdict(indices))[0] == "framework.ddp_unused_parameters"
