@@ -258,3 +258,39 @@ def test_ddp_s_list_of_parameters_without_a_gradient_is_the_model_code_not_worth
     assert v.isolate == []
     indices = "[rank3]: Parameter indices which did not receive grad for rank 3: 149 150 151 152"
     assert outcome(output_verdict(indices))[0] == "framework.ddp_unused_parameters"
+
+
+def test_a_program_the_shell_reports_killed_outgrew_its_memory_unless_something_says_otherwise():
+    """IBM/FfDL#127: a learner pod's script reported its python killed and exit 137; the pod's memory
+    was too small. A specific root, here Slurm's time limit, wins over the weak SIGKILL reading."""
+    script = (
+        "/usr/local/bin/train.sh: line 18:    36 Killed                  python3 convolutional_network.py"
+    )
+    assert outcome(output_verdict(script, "Job exited with error code 137")) == (
+        "framework.shell_killed",
+        Category.APPLICATION,
+        False,
+    )
+    limit = "slurmstepd: error: *** JOB 4242 ON gpu-01 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***"
+    assert outcome(output_verdict(limit, "Killed"))[0] != "framework.shell_killed"
+
+
+def test_slurm_s_client_refusing_a_gres_it_cannot_parse_is_the_request_not_a_transient():
+    """awsome-distributed-ai#196: sbatch checks the GRES itself and prints the reason alone."""
+    refused = "sbatch: error: Invalid generic resource (gres) specification"
+    assert outcome(output_verdict(refused)) == (
+        "scheduler.slurm_request_rejected",
+        Category.INFRASTRUCTURE,
+        False,
+    )
+
+
+def test_kernels_built_for_another_compute_capability_are_the_build_not_the_gpu():
+    """trilinos/Trilinos#7498: jobs moved to nodes of a newer GPU than the build targeted."""
+    kokkos = (
+        "Kokkos::Cuda::initialize ERROR: running kernels compiled for compute capability 3.7 on device "
+        "with compute capability 6.0 is not supported by CUDA!"
+    )
+    v = output_verdict(kokkos)
+    assert outcome(v) == ("cuda.version_mismatch", Category.SYSTEM_SOFTWARE, False)
+    assert v.isolate == []
