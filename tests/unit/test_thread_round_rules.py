@@ -294,3 +294,17 @@ def test_kernels_built_for_another_compute_capability_are_the_build_not_the_gpu(
     v = output_verdict(kokkos)
     assert outcome(v) == ("cuda.version_mismatch", Category.SYSTEM_SOFTWARE, False)
     assert v.isolate == []
+
+
+def test_an_older_torch_s_nccl_invalid_usage_reads_like_the_newer_one():
+    """facebookresearch/fairseq#2924 (torch 1.6, NCCL 2.6.3): the class without NCCL_DEBUG's hint."""
+    old = "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:514, invalid usage, NCCL version 2.6.3"
+    v = output_verdict(old)
+    assert outcome(v) == ("nccl.invalid_usage", Category.APPLICATION, False)
+    assert v.root.attrs["nccl_version"] == "2.6.3"
+
+
+def test_vllm_s_allocator_running_out_of_gpu_memory_is_the_job_s_memory():
+    """TideDra/lmm-r1#42: the rollout engine's sleep-mode allocator, retyped by the poster."""
+    oom = "Cuda Error: out of memory at /workspave/scrc/cumem_allocator.cpp: 62"
+    assert outcome(output_verdict(oom)) == ("cuda.out_of_memory", Category.APPLICATION, False)
