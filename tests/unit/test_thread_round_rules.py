@@ -308,3 +308,13 @@ def test_vllm_s_allocator_running_out_of_gpu_memory_is_the_job_s_memory():
     """TideDra/lmm-r1#42: the rollout engine's sleep-mode allocator, retyped by the poster."""
     oom = "Cuda Error: out of memory at /workspave/scrc/cumem_allocator.cpp: 62"
     assert outcome(output_verdict(oom)) == ("cuda.out_of_memory", Category.APPLICATION, False)
+
+
+def test_a_batch_job_held_after_its_launch_failed_is_the_node_s_set_up_and_worth_a_restart():
+    """ArjunaCluster/ArjunaUsers#63, c3nl_cluster#24: squeue's reason for a job Slurm requeued and
+    held when its node could not start it; the line names no node, so nothing is drained."""
+    v = output_verdict(
+        "  4242     gpu   train.sh    alice PD       0:00      1 (launch failed requeued held)"
+    )
+    assert outcome(v) == ("scheduler.slurm_launch_failed_held", Category.INFRASTRUCTURE, True)
+    assert v.isolate == []
