@@ -72,6 +72,7 @@ XID_KIND = {92: "ecc_sbe", 63: "row_remap_pending", 64: "row_remap_failure"}
 REPEAT_XIDS = (13, 31, 43)
 RULE_KIND = {
     "gpu.ecc_sbe": "ecc_sbe",
+    "gpu.amd_ras_correctable": "ecc_sbe",  # amdgpu's corrected-error counts: the same degradation
     "gpu.row_remap_pending": "row_remap_pending",
     "gpu.row_remap_failure": "row_remap_failure",
     "network.link_down": "link_flap",

@@ -104,3 +104,19 @@ def test_nccl_finding_no_path_back_in_the_topology_is_the_node_s_software_not_wo
 
 def test_an_older_torch_s_nccl_internal_error_reads_like_the_newer_one():
     assert outcome(output_verdict(OLD_INTERNAL)) == ("nccl.internal_error", Category.SYSTEM_SOFTWARE, False)
+
+
+AMD_UE = "[ 8812.123456] amdgpu 0000:c1:00.0: amdgpu: 2 uncorrectable hardware errors detected in umc block"
+
+
+def test_an_amd_gpu_s_uncorrectable_hbm_errors_are_the_gpu_and_take_it_out():
+    """amdgpu's RAS counts, as MI250X/MI300 nodes print them: the GPU behind the timeouts."""
+    v = output_verdict(AMD_UE, NCCL_RETRY_EXCEEDED, WATCHDOG)
+    assert outcome(v) == ("gpu.amd_ras_uncorrectable", Category.HARDWARE_GPU, True)
+    assert v.root.gpu == "0000:c1:00.0"
+    assert v.isolate
+
+
+def test_amdgpu_s_all_clear_poll_is_no_error():
+    clear = "amdgpu 0000:c3:00.0: amdgpu: no uncorrectable hardware errors detected in umc block"
+    assert signals(job_output("gpu-01", "7", T0, clear)) == []

@@ -192,3 +192,10 @@ def test_snapshot_carries_score_components_and_worst_gpu_and_is_published_on_cha
     state = nh.mark_published(state)
     assert not nh.snapshot_due(state, CFG)
     assert nh.snapshot_due(fold([xid(92, 10)], state), CFG)
+
+
+def test_an_amd_gpu_s_corrected_error_counts_weigh_like_nvidia_s_single_bit_messages():
+    amd = fold([rule_signal("gpu.amd_ras_correctable", at=i) for i in range(3)])
+    nvidia = fold([rule_signal("gpu.ecc_sbe", at=i) for i in range(3)])
+    assert nh.components(amd) == nh.components(nvidia)
+    assert nh.signal_kind(rule_signal("gpu.amd_ras_uncorrectable")) is None  # a root, not degradation
