@@ -120,3 +120,20 @@ def test_an_amd_gpu_s_uncorrectable_hbm_errors_are_the_gpu_and_take_it_out():
 def test_amdgpu_s_all_clear_poll_is_no_error():
     clear = "amdgpu 0000:c3:00.0: amdgpu: no uncorrectable hardware errors detected in umc block"
     assert signals(job_output("gpu-01", "7", T0, clear)) == []
+
+
+def test_rocm_s_memory_access_fault_reads_like_cuda_s_illegal_access_and_drains_nothing():
+    fault = (
+        "Memory access fault by GPU node-2 (Agent handle: 0x55d5e5f0f0f0) on address 0x7f1234560000. "
+        "Reason: Page not present or supervisor privilege."
+    )
+    v = output_verdict(fault)
+    assert outcome(v) == ("cuda.rocm_memory_access_fault", Category.APPLICATION, True)
+    assert v.isolate == []
+
+
+def test_a_hip_binary_without_code_for_this_gpu_is_the_build():
+    no_code = (
+        "RuntimeError: HIP error: hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"
+    )
+    assert outcome(output_verdict(no_code)) == ("cuda.version_mismatch", Category.SYSTEM_SOFTWARE, False)
