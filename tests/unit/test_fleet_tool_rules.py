@@ -170,3 +170,20 @@ def test_a_throttled_checkpoint_write_is_the_store_and_a_later_restart_goes_thro
 
 def test_expired_object_store_credentials_are_not_fixed_by_a_restart():
     assert _outcome(S3_EXPIRED) == ("infra.object_store_error", Category.INFRASTRUCTURE, False)
+
+
+def test_a_pod_ended_by_its_node_s_shutdown_is_the_cluster_and_worth_a_restart():
+    """The kubelet's graceful node shutdown (a reclaimed spot VM, maintenance): as a pod's status
+    message alone, and as the event whose reason column names it."""
+    message = "  Message:      Pod was terminated in response to imminent node shutdown."
+    assert _outcome(message) == ("scheduler.k8s_node_shutdown", Category.INFRASTRUCTURE, True)
+    event = "  Warning  NodeShutdown  2m  kubelet  Pod was terminated in response to imminent node shutdown."
+    assert _outcome(event) == ("scheduler.k8s_reason", Category.INFRASTRUCTURE, True)
+
+
+def test_the_taint_manager_evicting_a_pod_blames_its_node_without_draining_it_on_this_line():
+    v = output_verdict(
+        "  Warning  TaintManagerEviction  2m  taint-controller  Marking for deletion Pod default/trainer-0"
+    )
+    assert outcome(v) == ("scheduler.k8s_reason", Category.HARDWARE_HOST, True)
+    assert v.isolate == []  # the event names the pod, not the node
