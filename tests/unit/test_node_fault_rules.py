@@ -137,3 +137,17 @@ def test_a_hip_binary_without_code_for_this_gpu_is_the_build():
         "RuntimeError: HIP error: hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"
     )
     assert outcome(output_verdict(no_code)) == ("cuda.version_mismatch", Category.SYSTEM_SOFTWARE, False)
+
+
+def test_a_gpu_nvidia_smi_can_no_longer_read_is_named_and_taken_out():
+    row = "|   5  ERR!                On   | 00000000:91:00.0 Off |                 ERR! |"
+    v = output_verdict(row, WATCHDOG)
+    assert outcome(v) == ("gpu.smi_gpu_err", Category.HARDWARE_GPU, True)
+    assert v.root.gpu == "00000000:91:00.0"
+    assert v.isolate
+
+
+def test_a_lone_err_in_the_utilisation_column_is_no_fault():
+    """Some drivers and WSL print it for healthy GPUs."""
+    util = "| N/A   43C    P8    11W /  N/A |    466MiB /  6144MiB |    ERR!      Default |"
+    assert signals(job_output("gpu-01", "7", T0, util)) == []
