@@ -150,6 +150,11 @@ def output_verdict(*lines: str) -> Verdict:
     )
 
 
+def output_signals(line: str) -> list[Signal]:
+    """The signals one line of job 7's output gives, as gpu-01 collected it at T0 (``[]``: no rule's)."""
+    return signals(job_output("gpu-01", "7", T0, line))
+
+
 def outcome(v: Verdict) -> tuple[str | None, Category, bool]:
     """What a verdict says: its root's rule, its category and whether a restart is the recovery."""
     return (v.root.rule if v.root else None), v.category, v.restartable

@@ -8,7 +8,7 @@ diffusion-pipe#325)."""
 from __future__ import annotations
 
 from schemas.incidents import Category
-from tests.factories import T0, job_output, outcome, output_verdict, signals
+from tests.factories import outcome, output_signals, output_verdict
 
 UCX_RETRY = (
     "[lxbk1127:2330856:0:2330856] ib_mlx5_log.c:177  Transport retry count exceeded on mlx5_0:1/IB "
@@ -137,8 +137,7 @@ def test_an_xid_quoted_without_its_kernel_head_still_gives_its_code_and_link():
 
 
 def test_prose_that_lists_xid_codes_is_no_xid():
-    prose = job_output("gpu-01", "7", T0, "We saw Xid 13, 31 and 43 on this cluster last week")
-    assert signals(prose) == []
+    assert output_signals("We saw Xid 13, 31 and 43 on this cluster last week") == []
 
 
 def test_gpudirect_rdma_disabled_alone_is_the_node_s_software_set_up():

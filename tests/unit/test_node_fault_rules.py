@@ -8,7 +8,7 @@ drivers/nvme/host/pci.c and mlx5 health.c messages, Slurm's auth_munge, Open MPI
 from __future__ import annotations
 
 from schemas.incidents import Category
-from tests.factories import T0, job_output, outcome, output_verdict, signals
+from tests.factories import outcome, output_signals, output_verdict
 
 WATCHDOG = (
     "[E ProcessGroupNCCL.cpp:475] [Rank 3] Watchdog caught collective operation timeout: "
@@ -36,7 +36,7 @@ def test_an_nvme_drive_the_driver_removed_is_the_root_of_the_timeouts_after_it()
 
 
 def test_one_nvme_command_timeout_is_no_signal_at_all():
-    assert signals(job_output("gpu-01", "7", T0, NVME_ONE_TIMEOUT)) == []
+    assert output_signals(NVME_ONE_TIMEOUT) == []
 
 
 def test_a_nic_whose_firmware_failed_is_the_root_and_its_health_report_supports_it():
@@ -119,7 +119,7 @@ def test_an_amd_gpu_s_uncorrectable_hbm_errors_are_the_gpu_and_take_it_out():
 
 def test_amdgpu_s_all_clear_poll_is_no_error():
     clear = "amdgpu 0000:c3:00.0: amdgpu: no uncorrectable hardware errors detected in umc block"
-    assert signals(job_output("gpu-01", "7", T0, clear)) == []
+    assert output_signals(clear) == []
 
 
 def test_rocm_s_memory_access_fault_reads_like_cuda_s_illegal_access_and_drains_nothing():
@@ -150,4 +150,4 @@ def test_a_gpu_nvidia_smi_can_no_longer_read_is_named_and_taken_out():
 def test_a_lone_err_in_the_utilisation_column_is_no_fault():
     """Some drivers and WSL print it for healthy GPUs."""
     util = "| N/A   43C    P8    11W /  N/A |    466MiB /  6144MiB |    ERR!      Default |"
-    assert signals(job_output("gpu-01", "7", T0, util)) == []
+    assert output_signals(util) == []
