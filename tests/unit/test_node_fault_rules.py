@@ -151,3 +151,13 @@ def test_a_lone_err_in_the_utilisation_column_is_no_fault():
     """Some drivers and WSL print it for healthy GPUs."""
     util = "| N/A   43C    P8    11W /  N/A |    466MiB /  6144MiB |    ERR!      Default |"
     assert output_signals(util) == []
+
+
+def test_nccl_s_own_allocator_failing_on_the_gpu_is_the_job_s_memory():
+    calloc = "node1:123:456 [0] NCCL WARN Failed to CUDA calloc async 4194304 bytes"
+    assert outcome(output_verdict(calloc)) == ("nccl.cuda_oom", Category.APPLICATION, False)
+
+
+def test_nccl_s_socket_giving_up_after_its_retries_is_a_refusal_counted_out():
+    gave_up = "node1:123:456 [0] misc/socket.cc:564 NCCL WARN socketStartConnect: exceeded retries (20000)"
+    assert outcome(output_verdict(gave_up)) == ("infra.connection_refused", Category.INFRASTRUCTURE, True)
