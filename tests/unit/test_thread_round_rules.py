@@ -318,3 +318,13 @@ def test_a_batch_job_held_after_its_launch_failed_is_the_node_s_set_up_and_worth
     )
     assert outcome(v) == ("scheduler.slurm_launch_failed_held", Category.INFRASTRUCTURE, True)
     assert v.isolate == []
+
+
+def test_a_read_only_mount_is_the_node_s_storage_and_a_rerun_fails_the_same_way():
+    ro = "OSError: [Errno 30] Read-only file system: '/scratch/ckpt/step_1000'"
+    assert outcome(output_verdict(ro)) == ("infra.read_only_filesystem", Category.INFRASTRUCTURE, False)
+
+
+def test_a_fuse_mount_whose_daemon_died_is_the_node_s_mount_and_worth_a_restart():
+    gone = "OSError: [Errno 107] Transport endpoint is not connected: '/mnt/gcs/data'"
+    assert outcome(output_verdict(gone)) == ("infra.mount_disconnected", Category.INFRASTRUCTURE, True)
