@@ -21,10 +21,13 @@ PLUGIN_XID_79 = (
 )
 DCGM_XID_79 = "Detected XID 79 for GPU 3"
 NVSENTINEL_XID_48 = (
-    "Warning  GpuXidErrorIsNotHealthy  node/gpu-node-17  ErrorCode:48 GPU:2 XID error occured "
-    "Recommended Action=RESTART_BM;"
+    "Warning  SysLogsXIDErrorIsNotHealthy  node/gpu-node-17  ErrorCode:48 PCI:0000:3b:00 GPU_UUID:GPU-5e2b6f1c "
+    "Double Bit ECC Error; Resolution: RESET_GPU Recommended Action=COMPONENT_RESET;"
 )
-NVSENTINEL_XID_13 = "GpuXidError  True  GpuXidErrorIsNotHealthy  ErrorCode:13 GPU:0 XID error occured Recommended Action=NONE;"
+NVSENTINEL_XID_13 = (
+    "SysLogsXIDError  True  SysLogsXIDErrorIsNotHealthy  ErrorCode:13 PCI:0000:3b:00 GPU_UUID:GPU-5e2b6f1c "
+    "Graphics Engine Exception; Resolution: IGNORE Recommended Action=NONE;"
+)
 QUOTED_XID_149 = "Xid 149, NETIR_LINK_DOWN Fatal XC0 i0 Link 14"
 GDR_OFF = "learn01:2228637:2230195 [3] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'"
 PLUGIN_XID_13 = (
@@ -172,17 +175,27 @@ def test_expired_object_store_credentials_are_not_fixed_by_a_restart():
 
 
 def test_a_pod_ended_by_its_node_s_shutdown_is_the_cluster_and_worth_a_restart():
-    """The kubelet's graceful node shutdown (a reclaimed spot VM, maintenance): as a pod's status
-    message alone, and as the event whose reason column names it."""
-    message = "  Message:      Pod was terminated in response to imminent node shutdown."
-    assert _outcome(message) == ("scheduler.k8s_node_shutdown", Category.INFRASTRUCTURE, True)
-    event = "  Warning  NodeShutdown  2m  kubelet  Pod was terminated in response to imminent node shutdown."
-    assert _outcome(event) == ("scheduler.k8s_reason", Category.INFRASTRUCTURE, True)
+    """The kubelet's graceful node shutdown (a reclaimed spot VM, maintenance): the message of today's
+    kubelet and of 1.20-1.21's."""
+    for message in (
+        "  Message:      Pod was terminated in response to imminent node shutdown.",
+        "  Message:      Node is shutting, evicting pods",
+    ):
+        assert _outcome(message) == ("scheduler.k8s_node_shutdown", Category.INFRASTRUCTURE, True)
 
 
-def test_the_taint_manager_evicting_a_pod_blames_its_node_without_draining_it_on_this_line():
+def test_a_pod_refused_on_a_node_already_shutting_down_never_ran_and_is_no_failure():
+    refused = "  Message:      Pod was rejected: Pod was rejected as the node is shutting down."
+    assert output_signals(refused) == []
+
+
+def test_the_taint_manager_deleting_a_pod_blames_its_node_without_draining_it_on_this_line():
     v = output_verdict(
         "  Warning  TaintManagerEviction  2m  taint-controller  Marking for deletion Pod default/trainer-0"
     )
-    assert outcome(v) == ("scheduler.k8s_reason", Category.HARDWARE_HOST, True)
+    assert outcome(v) == ("scheduler.k8s_taint_eviction", Category.HARDWARE_HOST, True)
     assert v.isolate == []  # the event names the pod, not the node
+    cancelled = (
+        "  Normal   TaintManagerEviction  1m  taint-controller  Cancelling deletion Pod default/trainer-0"
+    )
+    assert output_signals(cancelled) == []

@@ -153,11 +153,38 @@ def test_a_lone_err_in_the_utilisation_column_is_no_fault():
     assert output_signals(util) == []
 
 
-def test_nccl_s_own_allocator_failing_on_the_gpu_is_the_job_s_memory():
-    calloc = "node1:123:456 [0] NCCL WARN Failed to CUDA calloc async 4194304 bytes"
-    assert outcome(output_verdict(calloc)) == ("nccl.cuda_oom", Category.APPLICATION, False)
+def test_nccl_s_allocator_warning_is_an_oom_only_when_the_cuda_failure_before_it_says_so():
+    """NCCL's allocator warns alike for any failed allocation; the Cuda failure line names the cause."""
+    calloc = "node1:123:456 [0] include/alloc.h:105 NCCL WARN Failed to CUDA calloc async 4194304 bytes"
+    assert output_signals(calloc) == []
+    oom = "node1:123:456 [0] include/alloc.h:103 NCCL WARN Cuda failure 'out of memory'"
+    assert outcome(output_verdict(oom)) == ("nccl.cuda_oom", Category.APPLICATION, False)
 
 
 def test_nccl_s_socket_giving_up_after_its_retries_is_a_refusal_counted_out():
-    gave_up = "node1:123:456 [0] misc/socket.cc:564 NCCL WARN socketStartConnect: exceeded retries (20000)"
-    assert outcome(output_verdict(gave_up)) == ("infra.connection_refused", Category.INFRASTRUCTURE, True)
+    for gave_up in (
+        "node1:123:456 [0] misc/socket.cc:564 NCCL WARN socketStartConnect: exceeded retries (20000)",
+        "node1:123:456 [0] misc/socket.cc:580 NCCL WARN socketStartConnect: exceeded timeouts (20)",
+    ):
+        assert outcome(output_verdict(gave_up)) == ("infra.connection_refused", Category.INFRASTRUCTURE, True)
+
+
+def test_rocm_s_memory_fault_from_the_gpu_s_ecc_is_the_gpu_not_the_program():
+    ecc = (
+        "Memory access fault by GPU node-3 (Agent handle: 0x1f2e3d0) on address 0x7ff000000000. "
+        "Reason: DRAM ECC failure."
+    )
+    v = output_verdict(ecc)
+    assert outcome(v) == ("cuda.rocm_ecc_fault", Category.HARDWARE_GPU, True)
+    assert v.isolate  # the HSA node number names no GPU: the node
+
+
+def test_nvsentinel_s_xid_condition_names_the_gpu_by_its_pci_entity():
+    condition = (
+        "  SysLogsXIDError   True   Tue, 03 Dec 2026 10:00:00 +0000   SysLogsXIDErrorIsNotHealthy   "
+        "ErrorCode:48 PCI:0000:3b:00 GPU_UUID:GPU-5e2b6f1c Double Bit ECC Error; Resolution: RESET_GPU "
+        "Recommended Action=COMPONENT_RESET;"
+    )
+    v = output_verdict(condition)
+    assert outcome(v) == ("gpu.nvsentinel_xid", Category.HARDWARE_GPU, True)
+    assert v.root.gpu == "0000:3b:00"
