@@ -188,3 +188,13 @@ def test_nvsentinel_s_xid_condition_names_the_gpu_by_its_pci_entity():
     v = output_verdict(condition)
     assert outcome(v) == ("gpu.nvsentinel_xid", Category.HARDWARE_GPU, True)
     assert v.root.gpu == "0000:3b:00"
+
+
+def test_the_cuda_driver_s_error_names_in_xla_and_tensorflow_logs_read_like_the_runtime_s_messages():
+    illegal = (
+        "2024-01-01 00:00:00.000000: E tensorflow/stream_executor/cuda/cuda_event.cc:29] Error polling for "
+        "event status: failed to query event: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered"
+    )
+    assert outcome(output_verdict(illegal)) == ("cuda.driver_api_error", Category.APPLICATION, True)
+    no_code = "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Could not find the corresponding function: CUDA_ERROR_NO_BINARY_FOR_GPU"
+    assert outcome(output_verdict(no_code)) == ("cuda.driver_api_error", Category.SYSTEM_SOFTWARE, False)
