@@ -1,4 +1,4 @@
-"""The verdicts behind the rules of the thread set's rounds 5 and 6 (tests/corpus/README.md): each
+"""The verdicts behind the rules of the thread set's rounds 5 to 14 (tests/corpus/README.md): each
 rule's own examples sit beside it in the catalog; these pin what attribution makes of the lines
 together, as real logs show them."""
 
