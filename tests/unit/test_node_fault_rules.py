@@ -175,7 +175,7 @@ def test_rocm_s_memory_fault_from_the_gpu_s_ecc_is_the_gpu_not_the_program():
         "Reason: DRAM ECC failure."
     )
     v = output_verdict(ecc)
-    assert outcome(v) == ("cuda.rocm_ecc_fault", Category.HARDWARE_GPU, True)
+    assert outcome(v) == ("cuda.rocm_memory_access_fault", Category.HARDWARE_GPU, True)
     assert v.isolate  # the HSA node number names no GPU: the node
 
 
