@@ -38,7 +38,7 @@ from streams.correlate.attribution import (
 )
 from streams.correlate.progress import JOB_STARTING_RULES
 from streams.correlate.restarts import with_history
-from streams.correlate.state import SAMPLES_PER_RULE, IncidentWindow, JobTopology, RuleTally
+from streams.correlate.state import SAMPLES_PER_RULE, IncidentWindow, JobTopology, RuleTally, with_unsent
 
 OPENING_ROLES = {Role.ROOT_CANDIDATE, Role.CASCADE}
 K8S_POD_SCHEDULED = "kubernetes.pod_scheduled"  # a Scheduled Event: one pod of the job bound to a node
@@ -367,6 +367,7 @@ def _emit(
             "dirty": False,
             "closed": closed,
             "provisional": provisional,
+            "unsent": with_unsent(window, incident),
         }
     )
     return window, incident

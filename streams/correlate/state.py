@@ -11,7 +11,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.incidents import Evidence
+from schemas.incidents import Evidence, Incident
 from schemas.signals import RANK_PLACEMENT_RULE, RankPlacement, Signal
 
 SAMPLES_PER_RULE = 8
@@ -200,3 +200,25 @@ class IncidentWindow(BaseModel):
     dirty: bool = False
     closed: bool = False
     provisional: bool = False  # the last emitted revision was a cascade-only verdict inside the grace
+    # The revisions emitted and not yet known to be on the broker, whole (one, mostly; a take can
+    # emit two). The window is on the changelog before they are sent, so a worker that takes the job
+    # over after a crash between the two sends them again, instead of deciding the window anew and
+    # giving a revision number a second verdict (``CorrelateStage.send_outbox``).
+    unsent: list[Incident] = Field(default_factory=list)
+
+
+MAX_UNSENT = 8  # a streaming take lets go of its revisions at its end; only a caller outside one piles up
+
+
+def with_unsent(window: IncidentWindow, incident: Incident) -> list[Incident]:
+    """The window's unsent revisions with ``incident`` added (the oldest dropped past ``MAX_UNSENT``)."""
+    return [*window.unsent[-(MAX_UNSENT - 1) :], incident]
+
+
+def sent_upto(window: IncidentWindow, revision: int) -> IncidentWindow:
+    """The window without the unsent revisions up to ``revision`` (the broker has them); the same
+    window when it holds none of them."""
+    kept = [i for i in window.unsent if i.revision > revision]
+    if len(kept) == len(window.unsent):
+        return window
+    return window.model_copy(update={"unsent": kept})

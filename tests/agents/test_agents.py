@@ -376,8 +376,9 @@ async def test_a_take_of_events_from_several_partitions_writes_each_job_once_und
     pipe: Pipeline,
 ):
     """The correlate agent handles a take of many messages at once: each job's window, topology and
-    placements reach the tables once, at the take's end, filed under the partition of the event the
-    job's signals came with (not the take's last event), and each job is decided once."""
+    placements reach the tables once, at the take's end (a window with a revision once more, after
+    it is sent), filed under the partition of the event the job's signals came with (not the take's
+    last event), and each job is decided once."""
     a, b = _failing_job("42", 1, 100), _failing_job("43", 11, 200)
     events = [
         _Event(s.job_id.encode(), _as_dict(s), partition, n)
@@ -414,10 +415,13 @@ async def test_a_take_of_events_from_several_partitions_writes_each_job_once_und
             await stage.on_job_events(events)
         finally:
             patch.stopall()
+    # each window twice: holding the take's revision, then letting go of it once it is sent
     assert sorted(written) == [
         ("topology", "42", 0),
         ("topology", "43", 1),
         ("windows", "42", 0),
+        ("windows", "42", 0),
+        ("windows", "43", 1),
         ("windows", "43", 1),
     ]
     assert sorted(decided) == ["42", "43"]  # one verdict per job per take
@@ -428,31 +432,43 @@ async def test_a_take_of_events_from_several_partitions_writes_each_job_once_und
     assert len(pipe.sent["topology_node"]) == 1  # one partition of topology.node here: one message
 
 
-async def test_a_takes_sends_are_on_the_broker_before_its_table_writes(pipe: Pipeline):
-    """A window records the incidents it published and the signals it took: written before its
-    incident was delivered, a crash would leave a replay that finds its signals seen and never
-    publishes. So the take waits for its sends (incident, assignments) before its table writes."""
+async def test_a_take_writes_its_windows_between_its_other_sends_and_its_incident_revisions(pipe: Pipeline):
+    """A topology records the nodes it announced: written before the assignments were delivered, a
+    crash would leave a replay that never announces them, so the take waits for its sends first. A
+    window records the revision it emitted: sent before the window was durable, a crash could leave
+    that revision on the broker and the next owner deciding the same revision number again on other
+    signals. So the take's revisions go out once the broker has acknowledged its window writes,
+    holding the revision whole, and once the revision is delivered too the window lets go of it."""
     stage = pipe.agents["stage"]
     order: list[str] = []
 
     async def flush() -> None:
         order.append("delivered")
 
+    async def windows_acked() -> list[BaseException]:
+        order.append("windows acked")
+        return []
+
     for name in ("incidents", "topology_node"):
         topic = getattr(pipe.topics, name)
         record = topic.send.side_effect
 
-        async def send(*a: Any, _name: str = name, _record: Any = record, **kw: Any) -> None:
+        async def send(*a: Any, _name: str = name, _record: Any = record, **kw: Any) -> Any:
             order.append(f"send {_name}")
-            await _record(*a, **kw)
+            return await _record(*a, **kw)
 
         topic.send.side_effect = send
     table = stage.windows
     original = type(table).__setitem__
+    written: list[dict[str, Any]] = []
+    others: list[int] = []
 
     def setitem(t: Any, key: str, value: Any) -> None:
         if t is table:
             order.append("write window")
+            written.append(codec.loads(value))
+        else:
+            others.append(len(order))  # where, among the writes above, another table's write came
         original(t, key, value)
 
     events = [_Event(b"42", _as_dict(s), 0, n) for n, s in enumerate(_failing_job("42", 1, 100))]
@@ -460,11 +476,88 @@ async def test_a_takes_sends_are_on_the_broker_before_its_table_writes(pipe: Pip
     with (
         patch.object(type(producer), "started", property(lambda _self: True)),
         patch.object(producer, "flush", flush),
+        patch.object(stage.parsed_windows, "acked", windows_acked),
         patch.object(type(table), "__setitem__", setitem),
     ):
         await stage.on_job_events(events)
-    assert order.index("send incidents") < order.index("delivered") < order.index("write window")
     assert order.index("send topology_node") < order.index("delivered")
+    assert order[order.index("delivered") :] == [
+        "delivered",
+        "write window",
+        "windows acked",
+        "send incidents",
+        "write window",
+    ]
+    # the window first: the revision waits for its write alone, not the topology's written behind it
+    assert others and min(others) > order.index("write window")
+    (sent,) = [v for k, v in pipe.sent["incidents"] if k == b"42"]
+    holding, let_go = written
+    assert holding["unsent"] == [_as_dict(sent)] and holding["revision"] == sent.revision == 1
+    assert let_go["unsent"] == [] and let_go["revision"] == 1
+
+
+def _assignment(stage: Any, *partitions: int) -> set[Any]:
+    from faust.types import TP
+
+    return {TP(stage._signals_job_topic, p) for p in partitions} | {TP("sickbay.raw.logs", 0)}
+
+
+async def _rebalance(pipe: Pipeline, *partitions: int) -> list[Incident]:
+    """What a rebalance calls on the stage, in Faust's order; the incidents it sends."""
+    stage = pipe.agents["stage"]
+    before = len(pipe.sent["incidents"])
+    await stage.forget_caches()
+    await stage.took_partitions(stage.app, _assignment(stage, *partitions))
+    await stage.resumed()
+    return [v for _, v in pipe.sent["incidents"][before:]]
+
+
+def _crashed_before_sending(pipe: Pipeline, job: str, incident: Incident) -> None:
+    """The job's window as a worker killed between its write and the revision's send leaves it in the
+    changelog (as a recovery writes it into the store)."""
+    window = codec.loads(pipe.tables["windows"][job])
+    pipe.tables["windows"].data[job] = codec.dumps({**window, "unsent": [_as_dict(incident)]})
+
+
+async def test_a_worker_taking_a_partition_over_sends_the_revisions_its_windows_hold_unsent(pipe: Pipeline):
+    """The worker that owned a job may die after its window was written and before the revision it
+    holds reached the broker: the new owner sends that revision again once its tables are recovered.
+    A window whose revision was delivered sends nothing; partitions kept through a rebalance are not
+    sent again; the window lets go of the revision at its next tick, so taking it over again later
+    sends nothing."""
+    stage = pipe.agents["stage"]
+    async with pipe.agents["correlate"].test_context() as agent:
+        for s in _failing_job("42", 1, 100):
+            await agent.put(_as_dict(s), key=b"42")
+        for s in _failing_job("43", 11, 200):
+            await agent.put(_as_dict(s), key=b"43")
+    published = dict(pipe.sent["incidents"])
+    assert codec.loads(pipe.tables["windows"]["43"])["unsent"] == []  # delivered: let go of
+    _crashed_before_sending(pipe, "42", published[b"42"])
+
+    again = await _rebalance(pipe, 0)  # a restart: every partition is taken over
+    assert [_as_dict(v) for v in again] == [_as_dict(published[b"42"])]
+    assert await _rebalance(pipe, 0) == []  # kept through the rebalance
+    async with pipe.agents["correlate"].test_context() as agent:
+        await agent.put({"tick": True, "at": utcnow().isoformat()}, key=b"42")
+    assert codec.loads(pipe.tables["windows"]["42"])["unsent"] == []
+    assert await _rebalance(pipe) == []  # lost to another worker ...
+    assert await _rebalance(pipe, 0) == []  # ... and taken back: nothing unsent any more
+    assert stage._resent == {}
+
+
+async def test_a_taken_over_window_whose_unsent_revision_does_not_validate_is_skipped_and_the_rest_sent(
+    pipe: Pipeline, caplog: pytest.LogCaptureFixture
+):
+    async with pipe.agents["correlate"].test_context() as agent:
+        for s in _failing_job("42", 1, 100):
+            await agent.put(_as_dict(s), key=b"42")
+    (published,) = [v for k, v in pipe.sent["incidents"] if k == b"42"]
+    _crashed_before_sending(pipe, "42", published)
+    window = codec.loads(pipe.tables["windows"]["42"])
+    pipe.tables["windows"].data["43"] = codec.dumps({**window, "job_id": "43", "unsent": [{"revision": 1}]})
+    assert [v.job_id for v in await _rebalance(pipe, 0)] == ["42"]
+    assert "job 43's window holds a revision that does not validate" in caplog.text
 
 
 async def test_a_route_take_writes_each_node_once_under_its_partition_and_packs_the_forwarded_facts(

@@ -225,7 +225,10 @@ def test_broker_loss_and_worker_kill9_lose_and_duplicate_no_incident(cluster, tm
     versions: dict[tuple[str, int], set[tuple[object, ...]]] = defaultdict(set)
     for i in incidents:
         versions[(i.incident_id, i.revision)].add(verdict(i))
-    assert [k for k, v in versions.items() if len(v) > 1] == [], "one revision carries two different verdicts"
+    twice = {k: v for k, v in versions.items() if len(v) > 1}
+    assert twice == {}, f"one revision carries two different verdicts (A owned {a_parts}):\n" + "\n".join(
+        f"  {k}: {sorted(map(str, v))}" for k, v in twice.items()
+    )
     for job, incs in by_job.items():
         revisions = sorted({i.revision for i in incs})
         assert revisions == list(range(1, len(revisions) + 1)), (job, revisions)

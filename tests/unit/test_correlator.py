@@ -314,3 +314,23 @@ def test_an_early_throttle_warning_that_never_lasts_closes_still_provisional():
     window, closing = tick(window, topo, NOW + timedelta(seconds=TIMING.quiet_s), TIMING)
     assert closing is not None and closing.status == IncidentStatus.CLOSED
     assert closing.provisional  # the decide step never acts on it
+
+
+def test_a_window_holds_each_revision_it_emits_until_it_is_known_sent():
+    """A revision is kept whole in its window until the broker has it (``unsent``): a crash between
+    the window's write and the send leaves it for the job's next owner to send again."""
+    from streams.correlate.state import MAX_UNSENT, sent_upto, with_unsent
+
+    topo, _ = _topology()
+    window, first = _feed(None, topo, kernel_xid("gpu-03", 79, T0 + timedelta(minutes=1)), NOW, 1)
+    assert first is not None and window.unsent == [first]
+    second = first.model_copy(update={"revision": 2})
+    held = window.model_copy(update={"unsent": with_unsent(window, second)})
+    assert [i.revision for i in held.unsent] == [1, 2]
+    assert [i.revision for i in sent_upto(held, 1).unsent] == [2]
+    assert sent_upto(held, 2).unsent == []
+    assert sent_upto(held, 0) is held  # nothing the broker has: the same window, nothing to write
+    many = held
+    for n in range(3, 3 + MAX_UNSENT):
+        many = many.model_copy(update={"unsent": with_unsent(many, first.model_copy(update={"revision": n}))})
+    assert len(many.unsent) == MAX_UNSENT and many.unsent[-1].revision == 2 + MAX_UNSENT

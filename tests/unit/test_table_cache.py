@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from schemas import codec
@@ -90,3 +91,49 @@ def test_a_failure_inside_a_deferred_block_still_writes_what_was_done():
     except RuntimeError:
         pass
     assert "j1" in table
+
+
+class ChangelogTable(dict[str, Any]):
+    """A dict standing in for a Faust table whose every write sends a changelog record through its
+    public ``send_changelog`` (as Faust's ``on_key_set`` does), each delivered when the test says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deliveries: list[asyncio.Future[int]] = []
+
+    def send_changelog(self, partition: int | None, key: Any, value: Any) -> asyncio.Future[int]:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.deliveries.append(future)
+        return future
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.send_changelog(0, key, value)
+
+
+async def test_acked_waits_for_each_changelog_record_written_since_the_last_call_and_returns_failures():
+    table = ChangelogTable()
+    cache = TableCache(table, JobTopology, bound=8)
+    cache.track_acks()
+    cache.track_acks()  # once is enough: a second call wraps nothing twice
+    cache.put("j1", JobTopology(job_id="j1"))
+    cache.put("j2", JobTopology(job_id="j2"))
+    assert len(table.deliveries) == 2
+    waiting = asyncio.ensure_future(cache.acked())
+    await asyncio.sleep(0)
+    table.deliveries[0].set_result(1)
+    await asyncio.sleep(0)
+    assert not waiting.done()  # the second write is not on the broker yet
+    table.deliveries[1].set_exception(RuntimeError("NotEnoughReplicas"))
+    failures = await waiting
+    assert [str(f) for f in failures] == ["NotEnoughReplicas"]
+    assert await cache.acked() == []  # nothing written since
+
+
+async def test_forget_acks_drops_the_writes_nobody_waits_for():
+    table = ChangelogTable()
+    cache = TableCache(table, JobTopology, bound=8)
+    cache.track_acks()
+    cache.put("j1", JobTopology(job_id="j1"))
+    cache.forget_acks()
+    assert await asyncio.wait_for(cache.acked(), 1) == []
