@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import sys
 from typing import Any
 
@@ -19,6 +20,7 @@ from schemas import codec
 from streams.settings import Settings
 
 CODEC = "sickbay-json"
+log = logging.getLogger("sickbay.app")
 
 
 class SickbayCodec(codecs.Codec):
@@ -46,6 +48,43 @@ class IdempotentProducer(faust_aiokafka.Producer):
 
 class IdempotentTransport(faust_aiokafka.Transport):
     Producer = IdempotentProducer
+
+
+def skipped_by_the_stream(app: Any, message: Any) -> bool:
+    """Faust's streams skip a message they find while a rebalance holds the flow, or one fetched under
+    the previous consumer generation, and acknowledge it "so that the lag does not grow". Such a
+    message was never handled (never ``tracked``, which a stream does before handing a message on),
+    and the conditions still hold when its acknowledgement comes, in the same step. A message that
+    could not be decoded is acknowledged by the conductor while the flow runs: not this."""
+    return not message.tracked and (
+        message.generation_id != app.consumer_generation_id or not app.flow_control.is_active()
+    )
+
+
+class SkipSafeConsumer(faust_aiokafka.Consumer):
+    """Faust's aiokafka consumer that never acknowledges a message its stream skipped.
+
+    For a partition this worker keeps, or takes over, in the rebalance, that acknowledgement is a
+    loss: the commit timer can pass the skipped offsets before the streams seek back to the
+    committed offsets at the rebalance's end, and then nothing handles them. Unacknowledged, they
+    hold the partition's commit back, and the seek reads them again for whichever worker owns the
+    partition then. Every other acknowledgement is Faust's own."""
+
+    def ack(self, message: Any) -> bool:
+        if skipped_by_the_stream(self.app, message) and self.app.topics.acks_enabled_for(message.topic):
+            message.acked = True  # settled: the stream's later calls for this message are no-ops
+            log.info(
+                "held back the ack of a message the stream skipped in a rebalance: %s[%s]@%s",
+                message.topic,
+                message.partition,
+                message.offset,
+            )
+            return False
+        return super().ack(message)
+
+
+class SickbayConsumerTransport(faust_aiokafka.Transport):
+    Consumer = SkipSafeConsumer
 
 
 PRODUCER_BUFFER_MESSAGES = 2000
@@ -110,6 +149,9 @@ class SickbayApp(faust.App):
 
     def _new_producer_transport(self) -> TransportT:
         return IdempotentTransport(self.conf.broker_producer, self)
+
+    def _new_transport(self) -> TransportT:
+        return SickbayConsumerTransport(self.conf.broker_consumer, self)
 
     def _new_producer(self) -> ProducerT:
         """Faust holds table writes (changelog sends) in a buffer and pauses the stream to drain it

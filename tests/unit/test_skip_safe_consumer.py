@@ -1,0 +1,72 @@
+"""The consumer never acknowledges a message its stream skipped during a rebalance (streams/app.py):
+that acknowledgement let the commit pass offsets nothing had handled."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+import pytest
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from streams.app import SickbayConsumerTransport, SkipSafeConsumer, create_app, skipped_by_the_stream
+from streams.settings import Settings
+
+
+def _app(generation: int = 3, flowing: bool = True) -> Any:
+    return SimpleNamespace(
+        consumer_generation_id=generation,
+        flow_control=SimpleNamespace(is_active=lambda: flowing),
+        topics=SimpleNamespace(acks_enabled_for=lambda topic: True),
+    )
+
+
+def _consumer(app: Any) -> SkipSafeConsumer:
+    """The consumer's ``ack`` alone, on a bare instance (a started consumer needs a broker)."""
+    consumer = SkipSafeConsumer.__new__(SkipSafeConsumer)
+    consumer.app = app
+    return consumer
+
+
+def _message(tracked: bool, generation: int = 3) -> Any:
+    return SimpleNamespace(
+        tracked=tracked, generation_id=generation, acked=False, topic="t", partition=2, offset=5
+    )
+
+
+@pytest.mark.parametrize(
+    ("tracked", "generation", "flowing", "skipped"),
+    [
+        (False, 2, True, True),  # fetched under the previous generation
+        (False, 3, False, True),  # found in the queue while the rebalance held the flow
+        (True, 3, True, False),  # handled
+        (True, 2, False, False),  # handled before the rebalance began
+        (False, 3, True, False),  # undecodable: the conductor acknowledges it while the flow runs
+    ],
+)
+def test_only_a_message_skipped_in_a_rebalance_counts_as_skipped(tracked, generation, flowing, skipped):
+    assert skipped_by_the_stream(_app(3, flowing), _message(tracked, generation)) is skipped
+
+
+def test_a_skipped_message_is_settled_without_an_ack():
+    consumer = _consumer(_app(3, flowing=False))
+    message = _message(tracked=False)
+    with mock.patch.object(faust_aiokafka.Consumer, "ack", return_value=True) as faust_ack:
+        assert consumer.ack(message) is False
+    faust_ack.assert_not_called()
+    assert message.acked  # the stream's later calls for it change nothing
+
+
+def test_a_handled_message_is_acknowledged_by_faust():
+    consumer = _consumer(_app(3, flowing=False))
+    message = _message(tracked=True)
+    with mock.patch.object(faust_aiokafka.Consumer, "ack", return_value=True) as faust_ack:
+        assert consumer.ack(message) is True
+    faust_ack.assert_called_once_with(message)
+
+
+def test_the_app_consumes_through_the_skip_safe_consumer(tmp_path):
+    app = create_app(Settings(state_dir=tmp_path), store="memory://")
+    assert isinstance(app.transport, SickbayConsumerTransport)
+    assert app.transport.Consumer is SkipSafeConsumer
