@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -43,6 +43,35 @@ def sickbay_groups(prefix: str, app_id: str, cat_topics: dict[str, str]) -> list
         GroupTopics(f"{prefix}-adapter-kubernetes", (t["actions"],)),
         GroupTopics(f"{prefix}-sink", (t["signals_node"], t["incidents"], t["actions"], t["audit"])),
     ]
+
+
+Partition = tuple[str, int]  # (topic, partition)
+
+
+def end_offsets(
+    admin: AdminClient, partitions: Iterable[Partition], timeout_s: float
+) -> dict[Partition, int]:
+    """The log-end offset of each partition, in one request per leader broker."""
+    asked = {TopicPartition(topic, p): OffsetSpec.latest() for topic, p in partitions}  # type: ignore[no-untyped-call]
+    if not asked:
+        return {}
+    futures = admin.list_offsets(asked, request_timeout=timeout_s)
+    return {(tp.topic, tp.partition): fut.result(timeout=timeout_s).offset for tp, fut in futures.items()}
+
+
+def committed_offsets(
+    admin: AdminClient, group: str, partitions: Iterable[Partition], timeout_s: float
+) -> dict[Partition, int]:
+    """The offset ``group`` last committed on each partition; a partition it never committed on is
+    left out (librdkafka answers a negative offset for it)."""
+    asked = [TopicPartition(topic, p) for topic, p in partitions]
+    if not asked:
+        return {}
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, asked)], request_timeout=timeout_s
+    )
+    answer = futures[group].result(timeout=timeout_s).topic_partitions or []
+    return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.offset >= 0}
 
 
 class GroupLagCollector(Collector):

@@ -123,14 +123,24 @@ class Settings(BaseSettings):
         ),
     )
 
-    @field_validator("provisional_after_s", mode="before")
+    @field_validator("provisional_after_s", "unclaimed_probe_s", mode="before")
     @classmethod
     def _off_is_unset(cls, value: object) -> object:
-        """``SICKBAY_PROVISIONAL_AFTER_S=off`` (or empty) turns provisional verdicts off."""
+        """``SICKBAY_PROVISIONAL_AFTER_S=off`` (or empty) turns provisional verdicts off, and
+        ``SICKBAY_UNCLAIMED_PROBE_S=off`` the backlog probe."""
         return None if isinstance(value, str) and value.strip().lower() in ("", "off", "none") else value
 
     unclaimed_grace_s: float = Field(
         default=30.0, ge=0, description="a node fact no job claims within this long becomes a node incident"
+    )
+    unclaimed_probe_s: float | None = Field(
+        default=5.0,
+        gt=0,
+        description=(
+            "while node facts wait for their job, ask the broker this often whether the groups reading "
+            "the topology path are behind; while they are, the grace starts again (capped by the "
+            "lateness bound). off: the grace is wall-clock alone"
+        ),
     )
     lateness_s: float = Field(default=300.0, ge=0, description="bounded lateness/clock skew across sources")
     max_isolate_per_incident: int = Field(default=2, ge=0, description="blast-radius cap per incident")

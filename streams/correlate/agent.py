@@ -41,6 +41,7 @@ from schemas.topics import (
     TABLE_RANK_PLACES,
 )
 from streams.correlate.attribution import PlaceOf
+from streams.correlate.backlog import BacklogProbe, topology_path
 from streams.correlate.correlator import Timing, add_signal, apply_topology, decide_now, tick
 from streams.correlate.lookback import LOOKBACK_RULES, recall, remember
 from streams.correlate.node_agent import NodeStage
@@ -191,6 +192,14 @@ class CorrelateStage:
         # an unclaimed fact's grace counts from then at the earliest (``release_unclaimed``)
         self._resumed_at: datetime | None = None
         app.on_rebalance_complete.connect(self.resumed)
+        # and from the last time the broker said the topology path was behind (backlog.py): the
+        # probe (set by ``register`` unless turned off) looks while facts wait, from the refine timer
+        self.backlog: BacklogProbe | None = None
+        self.held_at: datetime | None = None
+        self._probe_every = settings.unclaimed_probe_s or 0.0
+        self._probed_at = float("-inf")
+        self._probe_task: asyncio.Task[None] | None = None
+        self._probe_failing = False
         # partitions of signals.job this worker owns, and those it took over in the rebalance under way
         # (their windows' unsent revisions are sent again once their tables are recovered: ``resumed``)
         self._signals_job_topic = cat.signals_job.name
@@ -431,18 +440,24 @@ class CorrelateStage:
         job's topology cannot arrive either (its allocation line may sit on a dead worker's
         partition), and a grace spent waiting for a failover made a late-routed fault both its
         job's root and a second, node-level incident (the scale-out test's broker loss + kill -9,
-        2026-12-03: ``node:dgx-v100-315`` beside job 300013's own incident).
+        2026-12-03: ``node:dgx-v100-315`` beside job 300013's own incident). It runs, too, from
+        the last time the backlog probe found the topology path behind (``held_at``, backlog.py): a
+        peer that dies holds its partitions for a session timeout before the rebalance starts, and
+        a backlog after a broker loss outlasts any fixed grace (the same incident again on
+        2026-12-04). The lateness bound, from the observation or the resumption, caps the wait.
         """
         keep: list[Signal] = []
         node_job = NodeJob(job_id=f"node:{node}", attempt=1, assigned_at=now)
-        resumed = self._resumed_at
+        resumed, held = self._resumed_at, self.held_at
         for sig in state.pending:
-            waited = now - (sig.observed_time if resumed is None else max(sig.observed_time, resumed))
-            if waited < self.unclaimed_grace:
+            since = sig.observed_time if resumed is None else max(sig.observed_time, resumed)
+            aged = now - since  # the lateness bound caps how long a backlog holds it
+            waited = aged if held is None else now - max(since, held)
+            if waited < self.unclaimed_grace and aged < self.lateness:
                 keep.append(sig)
             elif sig.role == Role.ROOT_CANDIDATE and sig.isolation != "none":
                 await self.forward(sig, node_job)
-            elif waited < self.lateness:
+            elif aged < self.lateness:
                 keep.append(sig)
         if len(keep) == len(state.pending):
             return state  # nothing released or expired: the caller writes nothing
@@ -733,6 +748,49 @@ class CorrelateStage:
         await self.publish(incident)
         self._keep_window(job_id, updated)
 
+    def probe_backlog(self) -> None:
+        """Refine timer: while node facts wait for their jobs, a look at the topology path's backlog
+        every ``unclaimed_probe_s`` (backlog.py), in a thread and in the background, so a slow
+        broker delays no tick."""
+        if self.backlog is None:
+            return
+        if not self._pending_nodes:
+            self.backlog.forget()
+            return
+        running = self._probe_task is not None and not self._probe_task.done()
+        if running or time.monotonic() - self._probed_at < self._probe_every:
+            return
+        self._probed_at = time.monotonic()
+        self._probe_task = asyncio.get_running_loop().create_task(self.look_at_backlog(self.backlog))
+
+    async def look_at_backlog(self, probe: BacklogProbe) -> None:
+        """One look; a group behind its fence starts the unclaimed facts' grace again. A look that
+        fails leaves the grace to the wall clock (said once, until a look succeeds again)."""
+        try:
+            late = await asyncio.to_thread(probe.look)
+        except Exception as exc:
+            if not self._probe_failing:
+                log.warning(
+                    "route: the topology path's backlog could not be read (%s); unclaimed node facts "
+                    "wait out the grace alone",
+                    exc,
+                )
+            self._probe_failing = True
+            return
+        self._probe_failing = False
+        if late:
+            if self.held_at is None or utcnow() - self.held_at > timedelta(seconds=2 * self._probe_every):
+                group, topic, partition = late[0]
+                log.info(
+                    "route: %d partitions of the topology path are behind (first: group %s, %s[%d]); "
+                    "unclaimed node facts wait for them",
+                    len(late),
+                    group,
+                    topic,
+                    partition,
+                )
+            self.held_at = utcnow()
+
     async def resumed(self, *_: Any, **__: Any) -> None:
         """The streams run again after a rebalance (Faust's ``on_rebalance_complete``: tables
         recovered): from now the topology the node facts wait for can arrive, and the windows of
@@ -982,5 +1040,9 @@ def register(pipe: Pipeline) -> None:
     @app.timer(interval=pipe.settings.refine_interval_s, name="refine")  # type: ignore[untyped-decorator]
     async def refine() -> None:
         await stage.send_ticks()
+        stage.probe_backlog()
+
+    if pipe.settings.unclaimed_probe_s is not None:
+        stage.backlog = BacklogProbe(pipe.settings.kafka_bootstrap, topology_path(pipe.settings))
 
     pipe.agents.update({"route": route, "correlate": correlate, "refine": refine, "stage": stage})

@@ -254,6 +254,91 @@ async def test_route_gives_an_unclaimed_fault_its_whole_grace_after_a_rebalance(
     assert (key, routed.signal_id) == (b"node:gpu-09", xid.signal_id)
 
 
+async def test_route_holds_an_unclaimed_fault_while_the_topology_path_is_behind(pipe: Pipeline):
+    """The backlog probe found a group behind its fence just now (``held_at``): the fault's job
+    allocation may be among the records not yet handled, so its grace starts again from there."""
+    stage = pipe.agents["stage"]
+    grace = timedelta(seconds=pipe.settings.unclaimed_grace_s)
+    xid = one(kernel_xid("gpu-09", 79, T0), offset=3)
+    xid = xid.model_copy(
+        update={"observed_time": utcnow() - grace - timedelta(seconds=1)}
+    )  # its grace is over
+    stage.held_at = utcnow()
+    async with pipe.agents["route"].test_context() as agent:
+        await agent.put(_as_dict(xid), key=b"gpu-09")
+        await agent.put({"tick": True}, key=b"gpu-09")
+        assert pipe.sent["signals_job"] == []
+        stage.held_at = utcnow() - grace - timedelta(seconds=1)  # the path has been caught up a grace long
+        await agent.put({"tick": True}, key=b"gpu-09")
+    [(key, routed)] = pipe.sent["signals_job"]
+    assert (key, routed.signal_id) == (b"node:gpu-09", xid.signal_id)
+
+
+async def test_route_releases_a_held_fault_once_the_lateness_bound_has_passed(pipe: Pipeline):
+    """A topology path that never catches up delays a node's own incident by the lateness bound at
+    most: it never loses it."""
+    stage = pipe.agents["stage"]
+    lateness = timedelta(seconds=pipe.settings.lateness_s)
+    xid = one(kernel_xid("gpu-09", 79, T0), offset=3)
+    xid = xid.model_copy(update={"observed_time": utcnow() - lateness - timedelta(seconds=1)})
+    stage.held_at = utcnow()  # behind at the last look
+    async with pipe.agents["route"].test_context() as agent:
+        await agent.put(_as_dict(xid), key=b"gpu-09")
+        await agent.put({"tick": True}, key=b"gpu-09")
+    [(key, routed)] = pipe.sent["signals_job"]
+    assert (key, routed.signal_id) == (b"node:gpu-09", xid.signal_id)
+
+
+class _Probe:
+    """The backlog probe's seam (backlog.py has its own test against the broker)."""
+
+    def __init__(self, answer: list[tuple[str, str, int]] | Exception) -> None:
+        self.answer, self.looks, self.forgot = answer, 0, 0
+
+    def look(self) -> list[tuple[str, str, int]]:
+        self.looks += 1
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def forget(self) -> None:
+        self.forgot += 1
+
+
+async def _probe_once(stage: Any, probe: _Probe) -> None:
+    stage.backlog, stage._probed_at = probe, float("-inf")
+    stage.probe_backlog()
+    if stage._probe_task is not None:
+        await stage._probe_task
+
+
+async def test_the_backlog_probe_starts_the_grace_again_when_a_group_is_behind(pipe: Pipeline):
+    stage = pipe.agents["stage"]
+    stage._pending_nodes = {"gpu-09"}
+    await _probe_once(stage, _Probe([]))
+    assert stage.held_at is None  # caught up: the grace runs on
+    before = utcnow()
+    await _probe_once(stage, _Probe([("sickbay-extract", "raw.logs", 3)]))
+    assert stage.held_at is not None and stage.held_at >= before
+
+
+async def test_the_backlog_probe_looks_only_while_facts_wait_and_a_failed_look_holds_nothing(
+    pipe: Pipeline, caplog: pytest.LogCaptureFixture
+):
+    stage = pipe.agents["stage"]
+    idle = _Probe([("g", "t", 0)])
+    stage._pending_nodes = set()
+    await _probe_once(stage, idle)
+    assert (idle.looks, idle.forgot, stage.held_at) == (0, 1, None)  # no fact waits: the fence is dropped
+
+    stage._pending_nodes = {"gpu-09"}
+    broken = _Probe(RuntimeError("broker away"))
+    await _probe_once(stage, broken)
+    await _probe_once(stage, broken)
+    assert (broken.looks, stage.held_at) == (2, None)  # the wall-clock grace alone
+    assert sum("could not be read" in r.getMessage() for r in caplog.records) == 1  # said once
+
+
 async def test_correlate_builds_one_hardware_incident_from_topology_cascade_and_root(pipe: Pipeline):
     alloc = one(slurmctld_allocate("42", "gpu-[01-04]", T0), offset=1)
     timeouts = [
