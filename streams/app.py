@@ -68,11 +68,19 @@ class SkipSafeConsumer(faust_aiokafka.Consumer):
     loss: the commit timer can pass the skipped offsets before the streams seek back to the
     committed offsets at the rebalance's end, and then nothing handles them. Unacknowledged, they
     hold the partition's commit back, and the seek reads them again for whichever worker owns the
-    partition then. Every other acknowledgement is Faust's own."""
+    partition then. Every other acknowledgement is Faust's own.
+
+    One hold needs help: Faust's commit lets the offset at the committed position be absent from
+    its acknowledged offsets (``_new_offset`` tolerates ``min(acked) == committed + 1``, since a
+    transaction marker or a compacted record may sit there and never be delivered). A withheld
+    message at that very offset would be committed past all the same; the consumer remembers the
+    offsets it withheld until the next seek, and commits nothing for a partition whose committed
+    position is one of them."""
 
     def ack(self, message: Any) -> bool:
         if skipped_by_the_stream(self.app, message) and self.app.topics.acks_enabled_for(message.topic):
             message.acked = True  # settled: the stream's later calls for this message are no-ops
+            self._withheld_offsets().setdefault(message.tp, set()).add(message.offset)
             log.info(
                 "held back the ack of a message the stream skipped in a rebalance: %s[%s]@%s",
                 message.topic,
@@ -81,6 +89,25 @@ class SkipSafeConsumer(faust_aiokafka.Consumer):
             )
             return False
         return super().ack(message)
+
+    _withheld: dict[Any, set[int]] | None = None  # partition -> offsets withheld since the last seek
+
+    def _withheld_offsets(self) -> dict[Any, set[int]]:
+        if self._withheld is None:
+            self._withheld = {}
+        return self._withheld
+
+    def _new_offset(self, tp: Any) -> int | None:
+        withheld = self._withheld_offsets().get(tp)
+        if withheld and self._committed_offset[tp] in withheld:
+            return None  # the message at the committed position was skipped: read again after the seek
+        new: int | None = super()._new_offset(tp)
+        return new
+
+    async def perform_seek(self) -> None:
+        """The rebalance's seek to the committed offsets: every withheld message is read again."""
+        self._withheld_offsets().clear()
+        await super().perform_seek()
 
 
 class SickbayConsumerTransport(faust_aiokafka.Transport):

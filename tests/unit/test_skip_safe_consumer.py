@@ -3,12 +3,15 @@ that acknowledgement let the commit pass offsets nothing had handled."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
 import pytest
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP as TopicPartition
+from intervaltree import IntervalTree
 
 from streams.app import SickbayConsumerTransport, SkipSafeConsumer, create_app, skipped_by_the_stream
 from streams.settings import Settings
@@ -29,10 +32,22 @@ def _consumer(app: Any) -> SkipSafeConsumer:
     return consumer
 
 
-def _message(tracked: bool, generation: int = 3) -> Any:
+TP = TopicPartition("t", 2)
+
+
+def _message(tracked: bool, generation: int = 3, offset: int = 5) -> Any:
     return SimpleNamespace(
-        tracked=tracked, generation_id=generation, acked=False, topic="t", partition=2, offset=5
+        tracked=tracked, generation_id=generation, acked=False, topic="t", partition=2, offset=offset, tp=TP
     )
+
+
+def _with_offsets(consumer: SkipSafeConsumer, committed: int, acked: list[int]) -> SkipSafeConsumer:
+    """The bookkeeping Faust's commit reads (``_new_offset``), as a started consumer holds it."""
+    consumer._committed_offset = defaultdict(lambda: None, {TP: committed})
+    consumer._acked = defaultdict(list, {TP: list(acked)})
+    consumer._acked_index = defaultdict(set, {TP: set(acked)})
+    consumer._gap = defaultdict(IntervalTree)
+    return consumer
 
 
 @pytest.mark.parametrize(
@@ -64,6 +79,36 @@ def test_a_handled_message_is_acknowledged_by_faust():
     with mock.patch.object(faust_aiokafka.Consumer, "ack", return_value=True) as faust_ack:
         assert consumer.ack(message) is True
     faust_ack.assert_called_once_with(message)
+
+
+def test_faust_alone_commits_past_a_missing_offset_at_the_committed_position():
+    """The tolerance the consumer guards: offset 5 was never acknowledged, yet the commit passes it."""
+    consumer = _with_offsets(_consumer(_app()), committed=5, acked=[6, 7])
+    assert faust_aiokafka.Consumer._new_offset(consumer, TP) == 8
+
+
+def test_a_message_withheld_at_the_committed_position_holds_the_partitions_commit():
+    consumer = _with_offsets(_consumer(_app(3, flowing=False)), committed=5, acked=[6, 7])
+    with mock.patch.object(faust_aiokafka.Consumer, "ack", return_value=True):
+        consumer.ack(_message(tracked=False, offset=5))
+    assert consumer._new_offset(TP) is None
+
+
+def test_a_message_withheld_past_the_committed_position_leaves_the_commit_to_faust():
+    consumer = _with_offsets(_consumer(_app(3, flowing=False)), committed=5, acked=[5, 6])
+    with mock.patch.object(faust_aiokafka.Consumer, "ack", return_value=True):
+        consumer.ack(_message(tracked=False, offset=7))
+    assert consumer._new_offset(TP) == 7  # up to the withheld offset, not past it
+
+
+async def test_the_seek_after_the_rebalance_forgets_the_withheld_offsets():
+    consumer = _with_offsets(_consumer(_app(3, flowing=False)), committed=5, acked=[6, 7])
+    with mock.patch.object(faust_aiokafka.Consumer, "ack", return_value=True):
+        consumer.ack(_message(tracked=False, offset=5))
+    with mock.patch.object(faust_aiokafka.Consumer, "perform_seek", new=mock.AsyncMock()) as seek:
+        await consumer.perform_seek()
+    seek.assert_awaited_once()
+    assert consumer._new_offset(TP) == 8  # Faust's answer again: the seek reads offset 5 anew
 
 
 def test_the_app_consumes_through_the_skip_safe_consumer(tmp_path):
