@@ -771,7 +771,7 @@ class CorrelateStage:
         except Exception as exc:
             if not self._probe_failing:
                 log.warning(
-                    "route: the topology path's backlog could not be read (%s); unclaimed node facts "
+                    "route: the topology path's backlog could not be read (%r); unclaimed node facts "
                     "wait out the grace alone",
                     exc,
                 )
