@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -83,32 +83,30 @@ class GroupLagCollector(Collector):
         self._at = 0.0
         self._cached: tuple[bool, list[tuple[str, str, int, int]]] = (False, [])
         self._admin: AdminClient | None = None
-        self._probe: Consumer | None = None
 
-    def _clients(self) -> tuple[AdminClient, Consumer]:
-        """One admin client and one probe consumer for the collector's life: librdkafka clients are
-        costly to make, and their teardown chatter would land on stderr outside the JSON logs."""
-        if self._admin is None or self._probe is None:
-            common: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": log}
-            self._admin = AdminClient(common)
-            self._probe = Consumer({**common, "group.id": "sickbay-lag-probe", "enable.auto.commit": False})
-        return self._admin, self._probe
+    def _client(self) -> AdminClient:
+        """One admin client for the collector's life: librdkafka clients are costly to make, and
+        their teardown chatter would land on stderr outside the JSON logs."""
+        if self._admin is None:
+            config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": log}
+            self._admin = AdminClient(config)
+        return self._admin
 
     def measure(self, timeout_s: float = 5.0) -> list[tuple[str, str, int, int]]:
-        """(group, topic, partition, lag) for every partition a group has committed on."""
-        admin, probe = self._clients()
-        out: list[tuple[str, str, int, int]] = []
+        """(group, topic, partition, lag) for every partition a group has committed on; the log
+        ends of them all in one request per leader broker (``end_offsets``)."""
+        admin = self._client()
+        rows: list[tuple[str, str, int, int]] = []
         for g in self.groups:
             futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group)])
             committed = futures[g.group].result(timeout=timeout_s).topic_partitions or []
-            for tp in committed:
-                if tp.topic not in g.topics or tp.offset < 0:
-                    continue
-                _low, high = probe.get_watermark_offsets(
-                    TopicPartition(tp.topic, tp.partition), timeout=timeout_s
-                )
-                out.append((g.group, tp.topic, tp.partition, max(0, high - tp.offset)))
-        return out
+            rows += [
+                (g.group, tp.topic, tp.partition, tp.offset)
+                for tp in committed
+                if tp.topic in g.topics and tp.offset >= 0
+            ]
+        ends = end_offsets(admin, {(topic, p) for _, topic, p, _ in rows}, timeout_s)
+        return [(group, topic, p, max(0, ends[(topic, p)] - offset)) for group, topic, p, offset in rows]
 
     def _current(self) -> tuple[bool, list[tuple[str, str, int, int]]]:
         with self._lock:

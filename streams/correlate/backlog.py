@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka.admin import AdminClient
 
+from connectors.kafka import admin
 from connectors.lag import Partition, committed_offsets, end_offsets
 from schemas.topics import extract_group
 from streams.settings import Settings
@@ -65,7 +66,7 @@ class BacklogProbe:
         """One look: the positions behind the previous look's fence (none at the first look), and
         this look's log ends kept as the next fence. Raises what the admin client raises."""
         if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 4})
+            self._admin = admin(self.bootstrap)
         every = sorted({p for w in self.watched for p in w.partitions()})
         ends = end_offsets(self._admin, every, self.timeout_s)
         committed: dict[Position, int] = {}
