@@ -24,7 +24,8 @@ _OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
 
 
 class Fields(dict[str, Any]):
-    """Template values: lists print as a hostlist, missing names as ``?`` (and are remembered)."""
+    """Template values: lists print as a hostlist, missing names as ``?`` (and are remembered). A name
+    given as None (a ``gpu`` the line did not name) is missing too: never ``on GPU None``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -36,6 +37,9 @@ class Fields(dict[str, Any]):
 
     def __getitem__(self, key: str) -> Any:
         value = super().__getitem__(key)
+        if value is None:
+            self.missing.append(key)
+            return "?"
         if isinstance(value, list):
             return hostlist.collect_hostlist([str(v) for v in value])
         return value

@@ -84,4 +84,4 @@ def test_no_rule_example_renders_a_field_it_did_not_match(monkeypatch):
             for s in EXTRACTOR.extract(LogLine(text=example.line, adapter="plain"), NOW):
                 if s.rule == rule.id and rendered.get(s.summary):
                     bad.append(f"{rule.id}: {s.summary!r} (no {', '.join(rendered[s.summary])})")
-    assert bad == []
+    assert bad == [], "\n".join(bad)
