@@ -8,14 +8,24 @@ all of them normalise to one :class:`LogLine`. Unknown extra keys are kept
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from schemas.base import Contract, UtcDatetime
 
 Adapter = Literal[
-    "fluentbit", "vector", "plain", "sickbay", "filebeat", "otlp", "rsyslog", "loki", "syslog", "k8s-event"
+    "fluentbit",
+    "vector",
+    "plain",
+    "sickbay",
+    "filebeat",
+    "otlp",
+    "rsyslog",
+    "loki",
+    "syslog",
+    "k8s-event",
+    "journald",
 ]
 
 
@@ -135,6 +145,47 @@ class RsyslogJsonRecord(_ShipperModel):
     timegenerated: datetime | None = None
     syslogtag: str | None = None
     programname: str | None = None
+
+
+def _journal_key(name: str) -> AliasChoices:
+    """A journal field under each name a shipper may give it: as the journal has it
+    (``_HOSTNAME``), with Fluent Bit's ``Strip_Underscores`` (``HOSTNAME``), ``Lowercase``
+    (``_hostname``) or both (``hostname``)."""
+    bare = name.lstrip("_")
+    return AliasChoices(name, bare, name.lower(), bare.lower())
+
+
+_LAST_SECOND = 253402300799  # 9999-12-31T23:59:59Z: a time past it cannot be a datetime
+_Byte = Annotated[int, Field(ge=0, le=255)]
+_EpochSeconds = Annotated[float, Field(ge=0, le=_LAST_SECOND)]
+_EpochMicros = Annotated[int, Field(ge=0, le=_LAST_SECOND * 1_000_000)]
+
+
+class JournaldRecord(_ShipperModel):
+    """A systemd journal entry as the shippers that read the journal write it: Fluent Bit's
+    ``systemd`` input through its ``kafka`` output (``format json``; the journal's field names as
+    they are or changed by ``Strip_Underscores`` / ``Lowercase``; the entry's time as
+    ``@timestamp``), and ``journalctl -o json`` (``__REALTIME_TIMESTAMP``). On nodes that keep no
+    ``kern.log`` this is how the kernel's Xid, ECC and mlx5 lines reach Kafka
+    (``Systemd_Filter _TRANSPORT=kernel``).
+
+    ``MESSAGE`` is text, or the journal's byte array where it is not UTF-8 (``journalctl -o json``).
+    Times are bounded here, so a record the model takes always converts."""
+
+    message: str | list[_Byte] = Field(validation_alias=_journal_key("MESSAGE"))
+    hostname: str | None = Field(default=None, validation_alias=_journal_key("_HOSTNAME"))
+    # when the line was written (the kernel's own time for kernel lines), in µs since the epoch
+    source_time: _EpochMicros | None = Field(
+        default=None, validation_alias=_journal_key("_SOURCE_REALTIME_TIMESTAMP")
+    )
+    # when journald received it: journalctl's export field
+    journal_time: _EpochMicros | None = Field(
+        default=None, validation_alias=AliasChoices("__REALTIME_TIMESTAMP", "__realtime_timestamp")
+    )
+    timestamp: _EpochSeconds | datetime | None = Field(default=None, validation_alias="@timestamp")
+    identifier: str | None = Field(default=None, validation_alias=_journal_key("SYSLOG_IDENTIFIER"))
+    transport: str | None = Field(default=None, validation_alias=_journal_key("_TRANSPORT"))
+    unit: str | None = Field(default=None, validation_alias=_journal_key("_SYSTEMD_UNIT"))
 
 
 class SickbayLineRecord(Contract):

@@ -34,6 +34,7 @@ from schemas import codec
 from schemas.raw import (
     FilebeatRecord,
     FluentBitRecord,
+    JournaldRecord,
     LogLine,
     RsyslogJsonRecord,
     SickbayLineRecord,
@@ -216,6 +217,33 @@ def _from_rsyslog(rec: RsyslogJsonRecord) -> list[LogLine]:
         event_time=rec.timereported or rec.timegenerated,
         job_id=_job_id_from_fields(extra, {}),
     )
+
+
+def _from_journald(rec: JournaldRecord) -> list[LogLine]:
+    """The entry's text as the journal holds it: a kernel line is the kernel's message alone
+    (``NVRM: Xid ...``), as Vector's journald source gives it too. Its time is when it was
+    written (``_SOURCE_REALTIME_TIMESTAMP``), else when the journal received it."""
+    text = rec.message
+    if not isinstance(text, str):
+        text = bytes(text).decode("utf-8", errors="replace")
+    if rec.source_time is not None:
+        when: datetime | None = _from_micros(rec.source_time)
+    elif rec.timestamp is not None:
+        when = _epoch_or_datetime(rec.timestamp)
+    else:
+        when = None if rec.journal_time is None else _from_micros(rec.journal_time)
+    return _lines(
+        text,
+        None,
+        adapter="journald",
+        host=rec.hostname,
+        event_time=when,
+        job_id=_job_id_from_fields(rec.model_extra or {}, {}),
+    )
+
+
+def _from_micros(micros: int) -> datetime:
+    return datetime.fromtimestamp(micros / 1_000_000, tz=UTC)
 
 
 def _from_sickbay(rec: SickbayLineRecord) -> list[LogLine]:
@@ -445,6 +473,28 @@ def normalize(value: bytes, key_host: str | None = None) -> LogLine:
     return lines[0]
 
 
+# fields only a journal entry has, under Fluent Bit's Lowercase (with or without Strip_Underscores)
+_JOURNAL_MARKERS = (
+    "_transport",
+    "_boot_id",
+    "_machine_id",
+    "_source_realtime_timestamp",
+    "__realtime_timestamp",
+)
+_JOURNAL_MARKERS_BARE = ("transport", "boot_id", "machine_id", "source_realtime_timestamp")
+
+
+def _is_journal(obj: dict[str, Any]) -> bool:
+    """A journal entry whose field names Fluent Bit lowercased: ``message`` with journal fields
+    beside it, and none of Vector's (its journald source names the host ``host`` and keeps the
+    journal's own upper-case names)."""
+    if "source_type" in obj or "host" in obj:
+        return False
+    if any(key in obj for key in _JOURNAL_MARKERS):
+        return True
+    return "syslog_identifier" in obj and any(key in obj for key in _JOURNAL_MARKERS_BARE)
+
+
 def _is_ecs(obj: dict[str, Any]) -> bool:
     k8s = obj.get("kubernetes")
     return (
@@ -474,7 +524,13 @@ def _model_shape(obj: dict[str, Any]) -> _Shape | None:
         return SickbayLineRecord, _from_sickbay
     if isinstance(obj.get("msg"), str) and not isinstance(obj.get("message"), str):
         return RsyslogJsonRecord, _from_rsyslog
+    if "MESSAGE" in obj and "message" not in obj:
+        return JournaldRecord, _from_journald  # the model refuses a MESSAGE that is no text
+    if isinstance(obj.get("message"), list) and _is_journal(obj):
+        return JournaldRecord, _from_journald  # journalctl's byte array, the names lowercased
     if isinstance(obj.get("message"), str):
+        if _is_journal(obj):
+            return JournaldRecord, _from_journald
         if _is_ecs(obj):
             return FilebeatRecord, _from_filebeat
         return VectorRecord, _from_vector
@@ -546,6 +602,8 @@ def vet_without_lines(value: bytes) -> bool:
     if shape is None:
         return False
     model = shape[0]
+    if model is JournaldRecord and not isinstance(obj.get("MESSAGE", obj.get("message")), str):
+        return False  # a byte array: its literals are numbers in the record's bytes
     sure = _SURELY_VALID.get(model)
     if model is not FluentBitRecord:
         if sure is None or not sure.accepts(obj):

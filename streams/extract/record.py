@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Literal, NamedTuple, get_args
 
 from schemas.base import Contract
+from schemas.raw import LogLine
 from schemas.signals import RankPlacement, Signal
 from streams.deadletters import dead_letter
 from streams.extract.extractor import Extractor, Position
@@ -72,7 +73,7 @@ def extract_record(
         placed: list[RankPlacement] | None = None if placements is None else []
         for i, line in enumerate(normalize_all(value, key_host=key)):
             pos = Position(topic, partition, offset, nth=i)
-            hint = within if line.adapter != EVENT_ADAPTER else None  # an Event's text is re-encoded
+            hint = within if _text_in_bytes(line, value) else None
             for sig in extractor.extract(line, now, pos, wanted, hint, placed):
                 if sig.job_id is not None:
                     out.append(Outgoing("signals_job", sig.job_id.encode(), sig))
@@ -96,6 +97,15 @@ def texts_within(value: bytes) -> bool:
     across lines). A Kubernetes Event's text is its JSON re-encoded: the caller leaves those out."""
     # find(), not ``in``: see telemetry.looks_like_metric
     return value.find(b"\\") < 0 and value.find(b"\x1b") < 0 and value.rstrip(b"\r\n").find(b"\n") < 0
+
+
+def _text_in_bytes(line: LogLine, value: bytes) -> bool:
+    """Whether the line's text is among the record's bytes as it is, given ``texts_within``: not
+    an Event's (its JSON re-encoded), nor a journal entry's that the journal exported as a byte
+    array (its text decoded from the numbers)."""
+    if line.adapter == EVENT_ADAPTER:
+        return False
+    return line.adapter != "journald" or value.find(line.text.encode()) >= 0
 
 
 def _streamed(rule: Rule, _job_id: str | None, _node: str | None, _when: datetime) -> bool:

@@ -192,3 +192,35 @@ def test_a_literal_split_by_a_cri_partial_line_still_fires_its_rule():
     assert not CATALOG.prefilter.records_with_literals([raw])[0]  # no literal in the bytes
     outs = extract_record(EX, raw, "h", "raw.logs", 0, 1, NOW, literals=())
     assert [o.value.rule for o in outs] == ["gpu.xid"]  # type: ignore[attr-defined]
+
+
+XID_LINE = "NVRM: Xid (PCI:0000:06:00): 79, pid=1, GPU has fallen off the bus."
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},  # no literal anywhere in the bytes: the record must not be skipped as literal-free
+        {"_CMDLINE": "df: No space left on device"},  # another field's literal must not pick the rules
+    ],
+)
+def test_a_journal_entry_exported_as_a_byte_array_is_read_whole(extra):
+    """``journalctl -o json`` exports a message that is not UTF-8 as an array of byte values: its
+    literals are numbers in the record's bytes, so neither the skip nor the hint may trust them."""
+    value = codec.dumps({"_HOSTNAME": "gpu-node-17", "MESSAGE": [*XID_LINE.encode(), 0xFF], **extra})
+    literals = CATALOG.prefilter.record_literals([value])[0]
+    assert bool(literals) is bool(extra)
+    assert sends_nothing(value) is False
+    full = extract_record(EX, value, None, "raw.logs", 0, 1, NOW)
+    fast = extract_record(EX, value, None, "raw.logs", 0, 1, NOW, literals=literals)
+    assert sent(fast) == sent(full)
+    assert [(o.value.rule, o.value.node) for o in full] == [("gpu.xid", "gpu-node-17")]
+
+
+def test_a_journal_entry_in_text_is_skipped_or_hinted_like_any_other_record():
+    calm = codec.dumps({"_HOSTNAME": "gpu-node-17", "_TRANSPORT": "kernel", "MESSAGE": "usb 1-1: new device"})
+    assert CATALOG.prefilter.record_literals([calm])[0] == () and sends_nothing(calm) is True
+    xid = codec.dumps({"_HOSTNAME": "gpu-node-17", "_TRANSPORT": "kernel", "MESSAGE": XID_LINE})
+    literals = CATALOG.prefilter.record_literals([xid])[0]
+    fast = extract_record(EX, xid, None, "raw.logs", 0, 2, NOW, literals=literals)
+    assert texts_within(xid) and [o.value.rule for o in fast] == ["gpu.xid"]

@@ -292,3 +292,73 @@ def test_broken_shipper_records_are_dead_lettered_with_a_reason(rec, reason):
     with pytest.raises(BadRecord) as info:
         normalize_all(codec.dumps(rec))
     assert info.value.reason == reason
+
+
+# Fluent Bit's systemd input (Systemd_Filter _TRANSPORT=kernel) through its kafka output, format json
+JOURNAL_KERNEL = {
+    "@timestamp": 1764410400.5,
+    "PRIORITY": "4",
+    "SYSLOG_FACILITY": "0",
+    "SYSLOG_IDENTIFIER": "kernel",
+    "_TRANSPORT": "kernel",
+    "_BOOT_ID": "4f6cbd1e0a8e4a9d9b5d3c6a1e2f7b80",
+    "_MACHINE_ID": "0b5e1c3f9d2a4e6b8c7d1f0a2b3c4d5e",
+    "_HOSTNAME": "gpu-node-17",
+    "_SOURCE_MONOTONIC_TIMESTAMP": "512345678",
+    "_SOURCE_REALTIME_TIMESTAMP": "1764410399250000",
+    "MESSAGE": XID,
+}
+
+
+def test_journal_entry_from_fluent_bits_systemd_input_names_its_host_and_the_kernels_own_time():
+    line = _one(JOURNAL_KERNEL)
+    assert (line.adapter, line.text, line.host) == ("journald", XID, "gpu-node-17")
+    assert line.event_time == datetime(2025, 11, 29, 9, 59, 59, 250000, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("strip", [False, True])
+def test_journal_entry_with_fluent_bits_lowercase_and_strip_underscores_reads_the_same(strip):
+    renamed = {}
+    for key, value in JOURNAL_KERNEL.items():
+        name = key if key.startswith("@") else key.lower()
+        renamed[name.lstrip("_") if strip else name] = value
+    line = _one(renamed)
+    assert (line.adapter, line.text, line.host) == ("journald", XID, "gpu-node-17")
+    assert line.event_time == datetime(2025, 11, 29, 9, 59, 59, 250000, tzinfo=UTC)
+
+
+def test_journal_entry_without_the_source_time_takes_fluent_bits_stamp_then_journalctls():
+    rec = {k: v for k, v in JOURNAL_KERNEL.items() if k != "_SOURCE_REALTIME_TIMESTAMP"}
+    assert _one(rec).event_time == datetime(2025, 11, 29, 10, 0, 0, 500000, tzinfo=UTC)
+    exported = {"__REALTIME_TIMESTAMP": "1764410401000000", "_HOSTNAME": "gpu-node-17", "MESSAGE": XID}
+    assert _one(exported).event_time == datetime(2025, 11, 29, 10, 0, 1, tzinfo=UTC)
+
+
+def test_journalctl_json_byte_array_message_is_decoded_and_a_stray_byte_marked():
+    rec = {"_HOSTNAME": "gpu-node-17", "MESSAGE": [*XID.encode(), 0xFF]}
+    assert _one(rec).text == XID + "\ufffd"
+
+
+def test_journal_entry_without_a_host_takes_the_kafka_key():
+    rec = {"MESSAGE": XID, "_TRANSPORT": "kernel"}
+    assert _one(rec, key_host="gpu-node-3").host == "gpu-node-3"
+
+
+def test_a_lowercased_message_without_journal_fields_is_still_vectors():
+    rec = {"message": XID, "syslog_identifier": "kernel", "timestamp": "2026-11-29T10:00:00Z"}
+    assert _one(rec).adapter == "vector"
+
+
+@pytest.mark.parametrize(
+    "rec",
+    [
+        {"MESSAGE": None, "_HOSTNAME": "n1"},  # journalctl's null for a field too large to export
+        {"MESSAGE": [72, 300], "_HOSTNAME": "n1"},  # no byte
+        {"MESSAGE": "x", "_SOURCE_REALTIME_TIMESTAMP": "soon"},
+        {"MESSAGE": "x", "@timestamp": 1e300},  # past any date
+    ],
+)
+def test_a_broken_journal_entry_is_dead_lettered_as_invalid(rec):
+    with pytest.raises(BadRecord) as info:
+        normalize_all(codec.dumps(rec))
+    assert info.value.reason == "invalid_record"
