@@ -4,11 +4,14 @@ Shapes are told apart by their keys, never by topic name (ecosystem.md §1.6; th
 full table is docs/collectors.md):
 
 - ``resourceLogs`` → OTLP JSON (OTel Collector / Grafana Alloy ``otelcol.exporter.kafka``
-  with ``encoding = "otlp_json"``), one LogLine per ``logRecord``;
+  with ``encoding = "otlp_json"``), one LogLine per ``logRecord``; their default ``otlp_proto``
+  (a protobuf ``LogsData``) is read into the same JSON mapping first (``otlp_proto.py``);
 - ``streams[].values`` → a Loki push body (what Alloy/Promtail send to ``loki.write``);
 - ``log`` (a string) → Fluent Bit;
 - ``lines`` / ``line`` + ``schema_version`` → sickbay's own collector;
 - ``msg`` → rsyslog ``omkafka`` with a JSON template (``%jsonmesg%`` names);
+- ``MESSAGE`` (or a lowercased ``message`` beside journal-only fields) → a systemd journal entry
+  (Fluent Bit's ``systemd`` input, ``journalctl -o json``);
 - ``message`` with ECS objects (``host.name``, ``log.file.path``, ``kubernetes.pod.name``)
   → Filebeat; ``message`` otherwise → Vector;
 - anything not starting with ``{`` → a plain text line (rsyslog ``omkafka`` text
@@ -43,6 +46,7 @@ from schemas.raw import (
 )
 from streams.extract.acceptance import Acceptance
 from streams.extract.k8s_events import event_line, is_event, with_event_subject
+from streams.extract.otlp_proto import looks_like_otlp_proto, otlp_proto_logs
 from streams.extract.timeparse import parse_rfc3339
 
 MAX_RECORD_BYTES = 1 << 20
@@ -551,11 +555,14 @@ def _from_json(obj: dict[str, Any]) -> list[LogLine]:
 
 
 def _load_record(value: bytes) -> dict[str, Any] | None:
-    """The checks every record passes first; its JSON object, or None for a plain text record."""
+    """The checks every record passes first; its JSON object (an OTLP protobuf record in OTLP's
+    JSON mapping), or None for a plain text record."""
     if not value or not value.strip():
         raise BadRecord("empty", "record has no content")
     if len(value) > MAX_RECORD_BYTES:
         raise BadRecord("too_large", f"{len(value)} bytes > {MAX_RECORD_BYTES}")
+    if looks_like_otlp_proto(value) and (otlp := otlp_proto_logs(value)) is not None:
+        return otlp  # before the text checks: its bytes may hold NULs, a '{' or a newline anywhere
     if value.lstrip()[:1] != b"{":
         return None
     try:
