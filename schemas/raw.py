@@ -147,18 +147,34 @@ class RsyslogJsonRecord(_ShipperModel):
     programname: str | None = None
 
 
+_LAST_SECOND = 253402300799  # 9999-12-31T23:59:59Z: a time past it cannot be a datetime
+_Byte = Annotated[int, Field(ge=0, le=255)]
+_EpochSeconds = Annotated[float, Field(ge=0, le=_LAST_SECOND)]
+_EpochMicros = Annotated[int, Field(ge=0, le=_LAST_SECOND * 1_000_000)]
+
+
+class FluentBitKmsgRecord(_ShipperModel):
+    """Fluent Bit's ``kmsg`` input (the kernel's ring buffer) through its ``kafka`` output, ``format
+    json``: ``msg``, ``priority``, ``sequence`` and ``sec`` / ``usec`` since boot. Fluent Bit stamps
+    the record with the wall-clock time of the kernel's line (boot time plus ``sec``) as
+    ``@timestamp``; the host comes from a ``record_modifier`` filter or the Kafka key."""
+
+    msg: str
+    priority: int | None = None
+    sequence: int | None = None
+    sec: int | None = None
+    usec: int | None = None
+    timestamp: _EpochSeconds | datetime | None = Field(default=None, alias="@timestamp")
+    hostname: str | None = None
+    host: str | None = None
+
+
 def _journal_key(name: str) -> AliasChoices:
     """A journal field under each name a shipper may give it: as the journal has it
     (``_HOSTNAME``), with Fluent Bit's ``Strip_Underscores`` (``HOSTNAME``), ``Lowercase``
     (``_hostname``) or both (``hostname``)."""
     bare = name.lstrip("_")
     return AliasChoices(name, bare, name.lower(), bare.lower())
-
-
-_LAST_SECOND = 253402300799  # 9999-12-31T23:59:59Z: a time past it cannot be a datetime
-_Byte = Annotated[int, Field(ge=0, le=255)]
-_EpochSeconds = Annotated[float, Field(ge=0, le=_LAST_SECOND)]
-_EpochMicros = Annotated[int, Field(ge=0, le=_LAST_SECOND * 1_000_000)]
 
 
 class JournaldRecord(_ShipperModel):

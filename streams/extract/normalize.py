@@ -9,7 +9,8 @@ full table is docs/collectors.md):
 - ``streams[].values`` → a Loki push body (what Alloy/Promtail send to ``loki.write``);
 - ``log`` (a string) → Fluent Bit;
 - ``lines`` / ``line`` + ``schema_version`` → sickbay's own collector;
-- ``msg`` → rsyslog ``omkafka`` with a JSON template (``%jsonmesg%`` names);
+- ``msg`` → rsyslog ``omkafka`` with a JSON template (``%jsonmesg%`` names), or with ``sequence``
+  and ``sec`` beside it Fluent Bit's ``kmsg`` input;
 - ``MESSAGE`` (or a lowercased ``message`` beside journal-only fields) → a systemd journal entry
   (Fluent Bit's ``systemd`` input, ``journalctl -o json``);
 - ``message`` with ECS objects (``host.name``, ``log.file.path``, ``kubernetes.pod.name``)
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 from schemas import codec
 from schemas.raw import (
     FilebeatRecord,
+    FluentBitKmsgRecord,
     FluentBitRecord,
     JournaldRecord,
     LogLine,
@@ -220,6 +222,18 @@ def _from_rsyslog(rec: RsyslogJsonRecord) -> list[LogLine]:
         host=rec.hostname or rec.fromhost,
         event_time=rec.timereported or rec.timegenerated,
         job_id=_job_id_from_fields(extra, {}),
+    )
+
+
+def _from_kmsg(rec: FluentBitKmsgRecord) -> list[LogLine]:
+    """A kernel line as Fluent Bit's ``kmsg`` input reads it: the message alone, at Fluent Bit's
+    wall-clock stamp (``sec`` counts from boot)."""
+    return _lines(
+        rec.msg,
+        None,
+        adapter="fluentbit",
+        host=rec.hostname or rec.host,
+        event_time=_epoch_or_datetime(rec.timestamp),
     )
 
 
@@ -527,6 +541,8 @@ def _model_shape(obj: dict[str, Any]) -> _Shape | None:
     if isinstance(obj.get("line"), str) and "schema_version" in obj:
         return SickbayLineRecord, _from_sickbay
     if isinstance(obj.get("msg"), str) and not isinstance(obj.get("message"), str):
+        if "sequence" in obj and "sec" in obj:
+            return FluentBitKmsgRecord, _from_kmsg
         return RsyslogJsonRecord, _from_rsyslog
     if "MESSAGE" in obj and "message" not in obj:
         return JournaldRecord, _from_journald  # the model refuses a MESSAGE that is no text

@@ -362,3 +362,31 @@ def test_a_broken_journal_entry_is_dead_lettered_as_invalid(rec):
     with pytest.raises(BadRecord) as info:
         normalize_all(codec.dumps(rec))
     assert info.value.reason == "invalid_record"
+
+
+def test_fluent_bits_kmsg_record_reads_the_kernel_line_at_its_wall_clock_stamp():
+    rec = {
+        "@timestamp": 1764410400.25,
+        "priority": 4,
+        "sequence": 1814,
+        "sec": 11706,  # since boot: never the line's time
+        "usec": 732233,
+        "msg": XID,
+        "hostname": "gpu-node-17",
+    }
+    line = _one(rec)
+    assert (line.adapter, line.text, line.host) == ("fluentbit", XID, "gpu-node-17")
+    assert line.event_time == datetime(2025, 11, 29, 10, 0, 0, 250000, tzinfo=UTC)
+    bare = {k: v for k, v in rec.items() if k != "hostname"}
+    assert _one(bare, key_host="gpu-node-3").host == "gpu-node-3"
+
+
+def test_an_rsyslog_record_is_not_taken_for_kmsg():
+    rec = {"msg": XID, "hostname": "gpu-node-17", "syslogtag": "kernel:", "sec": "x"}
+    assert _one(rec).adapter == "rsyslog"
+
+
+def test_a_kmsg_record_past_any_date_is_dead_lettered_as_invalid():
+    with pytest.raises(BadRecord) as info:
+        normalize_all(codec.dumps({"msg": XID, "sequence": 1, "sec": 2, "@timestamp": 1e300}))
+    assert info.value.reason == "invalid_record"
