@@ -14,7 +14,8 @@ full table is docs/collectors.md):
 - ``MESSAGE`` (or a lowercased ``message`` beside journal-only fields) → a systemd journal entry
   (Fluent Bit's ``systemd`` input, ``journalctl -o json``);
 - ``message`` with ECS objects (``host.name``, ``log.file.path``, ``kubernetes.pod.name``)
-  → Filebeat; ``message`` otherwise → Vector;
+  → Filebeat; ``message`` otherwise → Vector (its ``native_json`` codec's ``{"log": {...}}``
+  read as the event inside);
 - anything not starting with ``{`` → a plain text line (rsyslog ``omkafka`` text
   templates, RFC 5424 / RFC 3164 headers read for host and time).
 
@@ -587,7 +588,16 @@ def _load_record(value: bytes) -> dict[str, Any] | None:
         raise BadRecord("invalid_json", str(exc)) from exc
     if not isinstance(obj, dict):
         raise BadRecord("unknown_shape", "JSON value is not an object")
-    return obj
+    return _native_event(obj) or obj
+
+
+def _native_event(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The log event inside Vector's ``native_json`` codec (``{"log": {"message": ...}}``); None
+    for any other record (Filebeat's ``log`` map sits beside its ``message``)."""
+    event = obj.get("log")
+    if type(event) is not dict or len(obj) > 2 or "message" in obj:
+        return None
+    return event if isinstance(event.get("message"), str) else None
 
 
 _CLOCK_TYPES = frozenset({float, int, type(None)})  # a Fluent Bit time the check reads from the record

@@ -390,3 +390,16 @@ def test_a_kmsg_record_past_any_date_is_dead_lettered_as_invalid():
     with pytest.raises(BadRecord) as info:
         normalize_all(codec.dumps({"msg": XID, "sequence": 1, "sec": 2, "@timestamp": 1e300}))
     assert info.value.reason == "invalid_record"
+
+
+def test_vectors_native_json_codec_reads_as_the_log_event_inside():
+    event = {"message": XID, "host": "gpu-02", "timestamp": "2026-11-29T10:00:00Z", "source_type": "journald"}
+    line = _one({"log": event})
+    assert (line.adapter, line.text, line.host) == ("vector", XID, "gpu-02")
+    assert line.event_time == datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+
+def test_a_filebeat_record_with_its_log_map_is_not_taken_for_a_native_json_event():
+    rec = {"message": XID, "log": {"file": {"path": "/var/log/kern.log"}}, "host": {"name": "gpu-02"}}
+    line = _one(rec)
+    assert (line.adapter, line.host, line.file) == ("filebeat", "gpu-02", "/var/log/kern.log")
