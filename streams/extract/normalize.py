@@ -336,7 +336,10 @@ def _nanos(value: Any) -> datetime | None:
         return None
     if ns <= 0:
         return None
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
+    try:
+        return datetime.fromtimestamp(ns / 1e9, tz=UTC)
+    except (OverflowError, ValueError, OSError):
+        return None  # past any date (a fixed64 of noise): the line is kept, its time is not
 
 
 def _otlp_labels(attrs: dict[str, Any]) -> dict[str, Any]:

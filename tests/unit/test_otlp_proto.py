@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from google.protobuf.json_format import MessageToJson
+from google.protobuf.json_format import MessageToDict, MessageToJson
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, LogsData, ResourceLogs, ScopeLogs
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
+from schemas import codec
 from streams.extract.extractor import Extractor
 from streams.extract.normalize import BadRecord, normalize_all
 from streams.extract.otlp_proto import otlp_proto_logs
@@ -117,3 +118,12 @@ def test_a_protobuf_record_whose_records_have_no_body_is_an_empty_record():
     with pytest.raises(BadRecord) as info:
         normalize_all(value)
     assert info.value.reason == "empty"
+
+
+def test_a_json_time_past_any_date_keeps_the_line_without_a_time():
+    """A fixed64 reaches 2554 at most; OTLP JSON's string of digits can reach past year 9999."""
+    data = _logs(LogRecord(body=AnyValue(string_value=XID)))
+    obj = MessageToDict(data)
+    obj["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]["timeUnixNano"] = str(10**30)
+    (line,) = normalize_all(codec.dumps(obj))
+    assert (line.text, line.event_time) == (XID, None)
