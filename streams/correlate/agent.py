@@ -98,6 +98,9 @@ class NodeState(BaseModel):
 
     jobs: list[NodeJob] = Field(default_factory=list)
     pending: list[Signal] = Field(default_factory=list)
+    # facts no job claimed in time, given to the node's own incident: kept for the lateness bound, so
+    # a job whose topology arrives later (a collector down past the grace) still gets its root
+    released: list[Signal] = Field(default_factory=list)
 
 
 def jobs_at(state: NodeState, when: datetime, lateness: timedelta) -> list[NodeJob]:
@@ -403,7 +406,9 @@ class CorrelateStage:
             self._pending_nodes.discard(node)
 
     async def on_assignment(self, state: NodeState, item: JobNodeAssignment) -> NodeState:
-        """Topology arrived: release node facts that were waiting for it."""
+        """Topology arrived: release node facts that were waiting for it. Facts already given to the
+        node's own incident go to the job too when it served the node then: its incident gets its
+        root, and the node's stays (the node is at fault either way; the decide step drains it once)."""
         state = apply_assignment(state, item, self.lateness)
         still_pending: list[Signal] = []
         for sig in state.pending:
@@ -412,7 +417,17 @@ class CorrelateStage:
                 await self.forward(sig, job)
             if not matches and sig.event_time >= item.event_time - 2 * self.lateness:
                 still_pending.append(sig)
-        return state.model_copy(update={"pending": still_pending})
+        released = self._unexpired(state.released, utcnow())
+        if item.state == "assigned":
+            for sig in released:
+                for job in jobs_at(state, sig.event_time, self.lateness):
+                    if (job.job_id, job.attempt) == (item.job_id, item.attempt):
+                        await self.forward(sig, job)
+        return state.model_copy(update={"pending": still_pending, "released": released})
+
+    def _unexpired(self, released: list[Signal], now: datetime) -> list[Signal]:
+        """Released facts a job may still claim: observed within the lateness bound."""
+        return [sig for sig in released if now - sig.observed_time < self.lateness]
 
     async def on_node_signal(self, state: NodeState, item: Signal) -> NodeState:
         matches = jobs_at(state, item.event_time, self.lateness)
@@ -447,6 +462,8 @@ class CorrelateStage:
         2026-12-04). The lateness bound, from the observation or the resumption, caps the wait.
         """
         keep: list[Signal] = []
+        released = self._unexpired(state.released, now)
+        expired = len(released) < len(state.released)
         node_job = NodeJob(job_id=f"node:{node}", attempt=1, assigned_at=now)
         resumed, held = self._resumed_at, self.held_at
         for sig in state.pending:
@@ -457,11 +474,12 @@ class CorrelateStage:
                 keep.append(sig)
             elif sig.role == Role.ROOT_CANDIDATE and sig.isolation != "none":
                 await self.forward(sig, node_job)
+                released.append(sig)  # a job whose topology comes later still gets it (on_assignment)
             elif aged < self.lateness:
                 keep.append(sig)
-        if len(keep) == len(state.pending):
+        if len(keep) == len(state.pending) and not expired:
             return state  # nothing released or expired: the caller writes nothing
-        return state.model_copy(update={"pending": keep})
+        return state.model_copy(update={"pending": keep, "released": released[-MAX_PENDING_PER_NODE:]})
 
     # -- correlate: keyed by job ----------------------------------------------------------------
 

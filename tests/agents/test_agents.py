@@ -238,6 +238,41 @@ async def test_route_makes_an_unclaimed_node_fault_the_nodes_own_incident_after_
     assert (key, routed.job_id, routed.signal_id) == (b"node:gpu-09", "node:gpu-09", xid.signal_id)
 
 
+async def test_route_gives_a_released_fault_to_a_job_whose_topology_comes_after_the_grace(pipe: Pipeline):
+    """The job's allocation arrives after the fault went to the node's own incident (its collector was
+    down past the grace): the job still gets the fault as its root, once per attempt that served the
+    node then, and a job that came to the node later does not."""
+    xid = one(kernel_xid("gpu-09", 79, T0 + timedelta(minutes=5)), offset=3)  # observed long ago
+    xid = xid.model_copy(update={"observed_time": utcnow() - timedelta(minutes=5)})
+    late = JobNodeAssignment(node="gpu-09", job_id="42", attempt=1, state="assigned", event_time=T0)
+    later_job = JobNodeAssignment(
+        node="gpu-09", job_id="77", attempt=1, state="assigned", event_time=T0 + timedelta(hours=3)
+    )
+    async with pipe.agents["route"].test_context() as agent:
+        await agent.put(_as_dict(xid), key=b"gpu-09")
+        await agent.put({"tick": True}, key=b"gpu-09")
+        assert [(k, r.job_id) for k, r in pipe.sent["signals_job"]] == [(b"node:gpu-09", "node:gpu-09")]
+        await agent.put(_as_dict(late), key=b"gpu-09")
+        await agent.put(_as_dict(later_job), key=b"gpu-09")
+    keys = [(k, r.job_id, r.signal_id) for k, r in pipe.sent["signals_job"]]
+    assert keys == [(b"node:gpu-09", "node:gpu-09", xid.signal_id), (b"42", "42", xid.signal_id)]
+    assert [s.signal_id for s in pipe.agents["stage"].node_states.get("gpu-09").released] == [xid.signal_id]
+
+
+async def test_route_forgets_a_released_fault_after_the_lateness_bound(pipe: Pipeline):
+    stage = pipe.agents["stage"]
+    lateness = timedelta(seconds=pipe.settings.lateness_s)
+    xid = one(kernel_xid("gpu-09", 79, T0), offset=3)
+    xid = xid.model_copy(update={"observed_time": utcnow() - lateness - timedelta(seconds=1)})
+    late = JobNodeAssignment(node="gpu-09", job_id="42", attempt=1, state="assigned", event_time=T0)
+    async with pipe.agents["route"].test_context() as agent:
+        await agent.put(_as_dict(xid), key=b"gpu-09")
+        await agent.put({"tick": True}, key=b"gpu-09")
+        await agent.put(_as_dict(late), key=b"gpu-09")
+    assert [k for k, _ in pipe.sent["signals_job"]] == [b"node:gpu-09"]
+    assert stage.node_states.get("gpu-09").released == []
+
+
 async def test_route_gives_an_unclaimed_fault_its_whole_grace_after_a_rebalance(pipe: Pipeline):
     """A fault observed long ago is not released the moment a rebalance ends: its job's allocation may
     be in the backlog the recovered streams are about to read, so the grace starts again there."""
