@@ -408,7 +408,10 @@ class CorrelateStage:
     async def on_assignment(self, state: NodeState, item: JobNodeAssignment) -> NodeState:
         """Topology arrived: release node facts that were waiting for it. Facts already given to the
         node's own incident go to the job too when it served the node then: its incident gets its
-        root, and the node's stays (the node is at fault either way; the decide step drains it once)."""
+        root, and the node's stays (the node is at fault either way; the decide step drains it once).
+        For those only a job placed on the node before the fault counts, without the clock-skew
+        allowance a waiting fact gets: a job the scheduler put on the faulty node a minute later has
+        not failed from it (yet), and the node's incident already stands for the fault."""
         state = apply_assignment(state, item, self.lateness)
         still_pending: list[Signal] = []
         for sig in state.pending:
@@ -420,6 +423,8 @@ class CorrelateStage:
         released = self._unexpired(state.released, utcnow())
         if item.state == "assigned":
             for sig in released:
+                if item.event_time > sig.event_time:
+                    continue  # a job placed on the node after the fault (no skew allowance here)
                 for job in jobs_at(state, sig.event_time, self.lateness):
                     if (job.job_id, job.attempt) == (item.job_id, item.attempt):
                         await self.forward(sig, job)

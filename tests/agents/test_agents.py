@@ -240,13 +240,13 @@ async def test_route_makes_an_unclaimed_node_fault_the_nodes_own_incident_after_
 
 async def test_route_gives_a_released_fault_to_a_job_whose_topology_comes_after_the_grace(pipe: Pipeline):
     """The job's allocation arrives after the fault went to the node's own incident (its collector was
-    down past the grace): the job still gets the fault as its root, once per attempt that served the
-    node then, and a job that came to the node later does not."""
+    down past the grace): the job still gets the fault as its root, and a job the scheduler placed on
+    the node after the fault does not."""
     xid = one(kernel_xid("gpu-09", 79, T0 + timedelta(minutes=5)), offset=3)  # observed long ago
     xid = xid.model_copy(update={"observed_time": utcnow() - timedelta(minutes=5)})
     late = JobNodeAssignment(node="gpu-09", job_id="42", attempt=1, state="assigned", event_time=T0)
-    later_job = JobNodeAssignment(
-        node="gpu-09", job_id="77", attempt=1, state="assigned", event_time=T0 + timedelta(hours=3)
+    later_job = JobNodeAssignment(  # placed on the node a minute after the fault: within the skew allowance
+        node="gpu-09", job_id="77", attempt=1, state="assigned", event_time=T0 + timedelta(minutes=6)
     )
     async with pipe.agents["route"].test_context() as agent:
         await agent.put(_as_dict(xid), key=b"gpu-09")
