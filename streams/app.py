@@ -105,7 +105,19 @@ class SkipSafeConsumer(faust_aiokafka.Consumer):
         return new
 
     async def perform_seek(self) -> None:
-        """The rebalance's seek to the committed offsets: every withheld message is read again."""
+        """The rebalance's seek to the committed offsets: every withheld message is read again.
+
+        The flow stops first, and stays stopped until the recovery resumes it. After a recovery that
+        read changelogs, Faust's ``on_recovery_completed`` resumes the stream partitions and seeks
+        them one by one (an OffsetFetch each) while the flow it opened for the changelogs still runs,
+        then resumes flow control, which empties every stream's queue. A message fetched after its
+        partition's seek and still queued then was dropped with its read position already past it:
+        never handled, never read again (the scale-out test, 2026-12-04: every ``signals.job`` record
+        produced in the 0.4 s of that seek was lost, and a job's incident missed its root). Stopped,
+        the fetcher delivers nothing during the seek; what it had queued is dropped and read again
+        from the committed offsets once the recovery resumes the flow. Every caller resumes it after
+        the seek (the recovery's two endings), or calls this while it is stopped (``getmany``)."""
+        self.stop_flow()
         self._withheld_offsets().clear()
         await super().perform_seek()
 

@@ -3,6 +3,7 @@ that acknowledgement let the commit pass offsets nothing had handled."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any
@@ -26,9 +27,13 @@ def _app(generation: int = 3, flowing: bool = True) -> Any:
 
 
 def _consumer(app: Any) -> SkipSafeConsumer:
-    """The consumer's ``ack`` alone, on a bare instance (a started consumer needs a broker)."""
+    """The consumer's ``ack`` and flow alone, on a bare instance (a started consumer needs a broker);
+    its flow runs, as after a recovery that read changelogs."""
     consumer = SkipSafeConsumer.__new__(SkipSafeConsumer)
     consumer.app = app
+    consumer.can_resume_flow = asyncio.Event()
+    consumer.suspend_flow = asyncio.Event()
+    consumer.resume_flow()
     return consumer
 
 
@@ -109,6 +114,25 @@ async def test_the_seek_after_the_rebalance_forgets_the_withheld_offsets():
         await consumer.perform_seek()
     seek.assert_awaited_once()
     assert consumer._new_offset(TP) == 8  # Faust's answer again: the seek reads offset 5 anew
+
+
+async def test_the_seek_stops_the_flow_so_nothing_reaches_a_queue_the_recovery_then_empties():
+    """Faust's recovery resumes flow control after the seek, and that empties every stream's queue:
+    the fetcher must deliver nothing between a partition's seek and then (it resumes the flow last)."""
+    consumer = _with_offsets(_consumer(_app(3)), committed=5, acked=[])
+    consumer._read_offset = defaultdict(lambda: None, {TP: 9})
+    during: list[tuple[bool, bool]] = []
+
+    async def seek_to_committed() -> dict[Any, int]:
+        during.append((consumer.flow_active, consumer.suspend_flow.is_set()))
+        return {TP: 5}
+
+    consumer.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
+    await consumer.perform_seek()
+    assert during == [(False, True)]  # stopped before the first partition's seek
+    assert (consumer.flow_active, consumer._read_offset[TP], consumer._committed_offset[TP]) == (False, 5, 5)
+    consumer.resume_flow()  # the recovery's last step
+    assert consumer.flow_active and not consumer.suspend_flow.is_set()
 
 
 def test_the_app_consumes_through_the_skip_safe_consumer(tmp_path):
