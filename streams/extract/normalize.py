@@ -548,13 +548,12 @@ def _model_shape(obj: dict[str, Any]) -> _Shape | None:
         if "sequence" in obj and "sec" in obj:
             return FluentBitKmsgRecord, _from_kmsg
         return RsyslogJsonRecord, _from_rsyslog
+    message = obj.get("message")
     if "MESSAGE" in obj and "message" not in obj:
         return JournaldRecord, _from_journald  # the model refuses a MESSAGE that is no text
-    if isinstance(obj.get("message"), list) and _is_journal(obj):
-        return JournaldRecord, _from_journald  # journalctl's byte array, the names lowercased
-    if isinstance(obj.get("message"), str):
-        if _is_journal(obj):
-            return JournaldRecord, _from_journald
+    if isinstance(message, (str, list)) and _is_journal(obj):
+        return JournaldRecord, _from_journald  # names lowercased; a list: journalctl's byte array
+    if isinstance(message, str):
         if _is_ecs(obj):
             return FilebeatRecord, _from_filebeat
         return VectorRecord, _from_vector
