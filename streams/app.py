@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import faust
@@ -102,6 +103,11 @@ class SkipSafeConsumer(faust_aiokafka.Consumer):
         if withheld and self._committed_offset[tp] in withheld:
             return None  # the message at the committed position was skipped: read again after the seek
         new: int | None = super()._new_offset(tp)
+        if withheld and new is not None and new > (lowest := min(withheld)):
+            # Faust checks the head of the acknowledged run against the committed offset only when
+            # there is one: on a partition never committed, a run starting past a withheld message
+            # would be committed over it. Up to it, then; what lies past it is read again after the seek.
+            return lowest
         return new
 
     async def perform_seek(self) -> None:
@@ -120,6 +126,37 @@ class SkipSafeConsumer(faust_aiokafka.Consumer):
         self.stop_flow()
         self._withheld_offsets().clear()
         await super().perform_seek()
+
+    async def seek_to_committed(self) -> Mapping[Any, int]:
+        """Every stream partition to its committed offset, and one with none to its first offset.
+
+        aiokafka's seek leaves a partition without a committed offset (or committed at 0) where its
+        fetcher stands, and Faust then reads it on from there, with no committed offset to check its
+        acknowledgements against. What the rebalance dropped on such a partition was never read
+        again, and the next commit passed it: records fetched ahead while the recovery read
+        changelogs, handed to the streams as it resumed the partition and emptied from their queues
+        by its resume a moment later, or the end of a batch the stopped flow cut off. The scale-out CI
+        run of 2026-12-04 lost one job whole this way: its ``signals.job`` partition got its first
+        records after the broker loss, while the group's commits were failing for a new coordinator,
+        and still had no committed offset when the worker kill's rebalance came. The group's
+        consumers start such a partition at the earliest offset (``consumer_auto_offset_reset``), so
+        the seek goes there too: what was handled already comes again, a replay like the one after
+        any kill -9. Changelog partitions keep their place (never committed; a standby reads them
+        on)."""
+        committed = await super().seek_to_committed()
+        acking = self.app.topics.acks_enabled_for
+        unset = [tp for tp, offset in committed.items() if not offset and acking(tp.topic)]
+        if unset:
+            log.info("no committed offset: reading from the first offset of %s", _tps(unset))
+            await self._thread.seek_to_beginning(*unset)
+        return committed
+
+
+def _tps(tps: list[Any], most: int = 12) -> str:
+    """Partitions for a log line: the first ``most`` by name, then how many more."""
+    ordered = sorted(tps, key=lambda tp: (tp.topic, tp.partition))
+    named = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in ordered[:most])
+    return named if len(ordered) <= most else f"{named} and {len(ordered) - most} more"
 
 
 class SickbayConsumerTransport(faust_aiokafka.Transport):

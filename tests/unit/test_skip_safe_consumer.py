@@ -14,7 +14,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP as TopicPartition
 from intervaltree import IntervalTree
 
-from streams.app import SickbayConsumerTransport, SkipSafeConsumer, create_app, skipped_by_the_stream
+from streams.app import SickbayConsumerTransport, SkipSafeConsumer, _tps, create_app, skipped_by_the_stream
 from streams.settings import Settings
 
 
@@ -139,3 +139,61 @@ def test_the_app_consumes_through_the_skip_safe_consumer(tmp_path):
     app = create_app(Settings(state_dir=tmp_path), store="memory://")
     assert isinstance(app.transport, SickbayConsumerTransport)
     assert app.transport.Consumer is SkipSafeConsumer
+
+
+def test_faust_alone_commits_a_never_committed_partition_over_a_withheld_offset():
+    """The hole the cap closes: with no committed offset Faust checks nothing at the run's head."""
+    consumer = _with_offsets(_consumer(_app()), committed=5, acked=[4, 5])
+    consumer._committed_offset = defaultdict(lambda: None)
+    assert faust_aiokafka.Consumer._new_offset(consumer, TP) == 6
+
+
+def test_a_never_committed_partition_is_committed_up_to_its_lowest_withheld_offset_only():
+    consumer = _with_offsets(_consumer(_app(3, flowing=False)), committed=5, acked=[4, 5])
+    consumer._committed_offset = defaultdict(lambda: None)  # never committed
+    with mock.patch.object(faust_aiokafka.Consumer, "ack", return_value=True):
+        consumer.ack(_message(tracked=False, offset=3))
+    assert consumer._new_offset(TP) == 3  # offset 3 is read again after the seek, 4 and 5 with it
+
+
+class _Thread:
+    """The consumer thread's two seeks, as aiokafka answers them: committed offsets, then the first."""
+
+    def __init__(self, committed: dict[Any, int | None]) -> None:
+        self.committed = committed
+        self.to_beginning: list[Any] = []
+
+    async def seek_to_committed(self) -> dict[Any, int | None]:
+        return self.committed
+
+    async def seek_to_beginning(self, *partitions: Any) -> None:
+        self.to_beginning.extend(partitions)
+
+
+async def test_a_stream_partition_without_a_committed_offset_is_read_again_from_its_first_offset():
+    """aiokafka leaves such a partition where its fetcher stands; what the rebalance dropped there
+    would be skipped. A changelog (never committed, not acknowledged) keeps its position."""
+    fresh, at_zero, committed = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)
+    changelog = TopicPartition("app-table-changelog", 0)
+    app = _app()
+    app.topics = SimpleNamespace(acks_enabled_for=lambda topic: topic == "t")
+    consumer = _consumer(app)
+    thread = _Thread({fresh: None, at_zero: 0, committed: 7, changelog: None})
+    consumer._thread = thread  # type: ignore[attr-defined]
+    assert await consumer.seek_to_committed() == thread.committed
+    assert sorted(thread.to_beginning) == [fresh, at_zero]
+
+
+async def test_every_stream_partition_committed_means_no_seek_to_the_beginning():
+    app = _app()
+    consumer = _consumer(app)
+    thread = _Thread({TopicPartition("t", 0): 3, TopicPartition("t", 1): 12})
+    consumer._thread = thread  # type: ignore[attr-defined]
+    await consumer.seek_to_committed()
+    assert thread.to_beginning == []
+
+
+def test_the_log_names_a_dozen_partitions_and_counts_the_rest():
+    tps = [TopicPartition("t", p) for p in range(15, -1, -1)]
+    assert _tps(tps[:2]) == "t[14], t[15]"
+    assert _tps(tps).endswith("t[11] and 4 more") and _tps(tps).startswith("t[0], t[1],")
