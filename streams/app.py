@@ -295,7 +295,7 @@ def create_app(settings: Settings, **overrides: Any) -> faust.App:
         "broker_heartbeat_interval": settings.faust_heartbeat_s,
         "broker_rebalance_timeout": settings.faust_rebalance_timeout_s,
         "broker_request_timeout": max(30.0, settings.faust_session_timeout_s * 3),
-        "broker_commit_interval": 1.0,
+        "broker_commit_interval": settings.faust_commit_interval_s,
         "broker_max_poll_records": 500,
         # Messages a stream buffers before its consumer pauses the partition. Faust's default (4096)
         # lets a burst pile up in every agent's queue; smaller queues drained as they fill measured

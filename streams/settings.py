@@ -75,6 +75,12 @@ class Settings(BaseSettings):
     faust_session_timeout_s: float = 10.0
     faust_heartbeat_s: float = 2.0
     faust_rebalance_timeout_s: float = 20.0
+    faust_commit_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="how often the worker commits what its agents handled; a longer one replays more "
+        "after a kill -9 (tests hold commits back with it)",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # raw.logs → signals: "batched" reads and writes in batches with confluent-kafka beside the Faust
     # agents (streams/extract/batched.py, consumer group "<app_id>-extract"); "agent" is Faust's

@@ -193,13 +193,24 @@ def _produce(producer: ReliableProducer, topic: str, recs: list[Record]) -> None
     assert producer.flush(30) == 0, "records were not delivered to raw.logs"
 
 
+@pytest.mark.parametrize(
+    "commit_interval_s",
+    [
+        pytest.param(1.0, id="commits-every-second"),
+        # Nothing committed before the kill: at both rebalances no partition has a committed offset,
+        # so the seek reads every stream partition again from its first offset
+        # (``SkipSafeConsumer.seek_to_committed``), a full replay the handlers must absorb.
+        pytest.param(600.0, id="nothing-committed-before-the-kill"),
+    ],
+)
 def test_rebalance_then_kill9_publishes_each_incident_revision_and_action_exactly_once(
-    kafka_bootstrap, tmp_path
+    kafka_bootstrap, tmp_path, commit_interval_s
 ):
     run = uuid.uuid4().hex[:8]
     app_id = f"reb{run}"
     env = {
         **os.environ,
+        "SICKBAY_FAUST_COMMIT_INTERVAL_S": str(commit_interval_s),
         "SICKBAY_KAFKA_BOOTSTRAP": kafka_bootstrap,
         "SICKBAY_TOPIC_PREFIX": app_id,
         "SICKBAY_APP_ID": app_id,

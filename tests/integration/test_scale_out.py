@@ -1,8 +1,9 @@
 """Scale-out under faults: a 3-broker KRaft cluster (replication factor 3, min.insync.replicas 2)
-and two Faust workers in one group. While a simulator mix streams in, one broker is killed and
-then one worker is killed with ``kill -9``. Every fault still ends in exactly one incident of the
-right category (none lost, none split in two), no incident revision is published twice, and
-every action is proposed once per idempotency key.
+and two Faust workers in one group. While a simulator mix streams in, one broker is killed (the
+group's coordinator, so offset commits fail until the group finds another) and then one worker is
+killed with ``kill -9``. Every fault still ends in exactly one incident of the right category
+(none lost, none split in two), no incident revision is published twice, and every action is
+proposed once per idempotency key.
 
 The cluster is deploy/local/kafka-cluster.sh (it must be a cluster this test may stop a broker
 of), started here and stopped at the end unless it was already running.
@@ -10,6 +11,7 @@ of), started here and stopped at the end unless it was already running.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -22,7 +24,7 @@ from typing import Any
 
 import pytest
 from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaException, TopicPartition
 
 from benchmarks.bench_scale import (
     KafkaCluster,
@@ -169,6 +171,33 @@ def _dump_topics(bootstrap: str, cat: TopicCatalog, path: Path) -> None:
         c.close()
 
 
+def _group_coordinated_by(bootstrap: str, broker: int, timeout_s: float = 120) -> str:
+    """A fresh group id (and so app id) whose group coordinator is ``broker``.
+
+    The group's coordinator is the leader of its partition of ``__consumer_offsets``, which the
+    group id's hash picks: a random id would put it on the broker the test stops one run in three.
+    Stopping the coordinator is the harder fault (the group finds a new one while offset commits
+    fail; CI, 2026-12-04, lost a job in such a run), so every run gets it. On a fresh cluster the
+    first lookups wait for ``__consumer_offsets`` to be created. A broker restarted by an earlier
+    run leads nothing until its partitions' preferred leaders are elected again, so that comes first."""
+    client = admin(bootstrap)
+    with contextlib.suppress(KafkaException):  # "election not needed" for partitions already there
+        client.elect_leaders(ElectionType.PREFERRED, None).result(timeout=30)
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        ids = [f"so{uuid.uuid4().hex[:8]}" for _ in range(8)]
+        for group, future in client.describe_consumer_groups(ids, request_timeout=10).items():
+            try:
+                coordinator = future.result(timeout=15).coordinator.id
+            except (KafkaException, TimeoutError):
+                continue
+            seen[group] = coordinator
+            if coordinator == broker:
+                return group
+    pytest.fail(f"no group id found with broker {broker} as its coordinator in {timeout_s}s: {seen}")
+
+
 def test_topics_are_created_with_three_replicas_and_a_majority_min_isr(cluster):
     _, bootstrap = cluster
     prefix = f"rf{uuid.uuid4().hex[:8]}"
@@ -195,7 +224,7 @@ def test_topics_are_created_with_three_replicas_and_a_majority_min_isr(cluster):
 
 def test_broker_loss_and_worker_kill9_lose_and_duplicate_no_incident(cluster, tmp_path):
     kc, bootstrap = cluster
-    prefix = f"so{uuid.uuid4().hex[:8]}"
+    prefix = _group_coordinated_by(bootstrap, STOPPED_BROKER)  # the workers' group id is the app id
     cat = TopicCatalog(prefix=prefix, partitions=PARTITIONS, app_id=prefix)
     ensure_topics(bootstrap, cat.all(), REPLICATION)
     # The root grace must outlast a failover (session timeout + table recovery): while the dead
@@ -217,7 +246,8 @@ def test_broker_loss_and_worker_kill9_lose_and_duplicate_no_incident(cluster, tm
         produce(producer, cat.raw_logs.name, [r for s in first for r in s.records])
         out.drain(5)
 
-        # one broker of three dies: RF 3 / min ISR 2 keeps every partition writable
+        # one broker of three dies, the workers' group coordinator: RF 3 / min ISR 2 keeps every
+        # partition writable
         kc.stop_broker(STOPPED_BROKER, kill=True)
         broker_stopped = True
         stream = [r for s in second for r in s.records]
