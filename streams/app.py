@@ -136,13 +136,13 @@ class SkipSafeConsumer(faust_aiokafka.Consumer):
         again, and the next commit passed it: records fetched ahead while the recovery read
         changelogs, handed to the streams as it resumed the partition and emptied from their queues
         by its resume a moment later, or the end of a batch the stopped flow cut off. The scale-out CI
-        run of 2026-12-04 lost one job whole this way: its ``signals.job`` partition got its first
-        records after the broker loss, while the group's commits were failing for a new coordinator,
-        and still had no committed offset when the worker kill's rebalance came. The group's
-        consumers start such a partition at the earliest offset (``consumer_auto_offset_reset``), so
-        the seek goes there too: what was handled already comes again, a replay like the one after
-        any kill -9. Changelog partitions keep their place (never committed; a standby reads them
-        on)."""
+        run of 2026-12-04 lost one job whole, most likely this way (not reproduced here since): its
+        ``signals.job`` partition got its first records after the broker loss, while the group's
+        commits were failing for a new coordinator, and may well have had no committed offset when
+        the worker kill's rebalance came. The group's consumers start such a partition at the
+        earliest offset (``consumer_auto_offset_reset``), so the seek goes there too: what was
+        handled already comes again, a replay like the one after any kill -9. Changelog partitions
+        keep their place (never committed; a standby reads them on)."""
         committed = await super().seek_to_committed()
         acking = self.app.topics.acks_enabled_for
         unset = [tp for tp, offset in committed.items() if not offset and acking(tp.topic)]

@@ -48,7 +48,7 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
 REPLICATION = 3
-STOPPED_BROKER = 1  # the first bootstrap address: clients must fail over from it too
+FIRST_BROKER = 1  # the first bootstrap address
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,8 @@ def cluster() -> Iterator[tuple[KafkaCluster, str]]:
     if not c.was_running:
         c.down()
     else:
-        c.start_broker(STOPPED_BROKER)  # leave it as we found it
+        for n in (1, 2, 3):  # leave it as we found it: a running broker is left alone
+            c.start_broker(n)
 
 
 class Collector:
@@ -171,31 +172,34 @@ def _dump_topics(bootstrap: str, cat: TopicCatalog, path: Path) -> None:
         c.close()
 
 
-def _group_coordinated_by(bootstrap: str, broker: int, timeout_s: float = 120) -> str:
-    """A fresh group id (and so app id) whose group coordinator is ``broker``.
+def _group_and_its_coordinator(bootstrap: str, prefer: int, timeout_s: float = 60) -> tuple[str, int]:
+    """A fresh group id (and so app id), and the broker coordinating that group: the broker to stop.
 
     The group's coordinator is the leader of its partition of ``__consumer_offsets``, which the
-    group id's hash picks: a random id would put it on the broker the test stops one run in three.
-    Stopping the coordinator is the harder fault (the group finds a new one while offset commits
-    fail; CI, 2026-12-04, lost a job in such a run), so every run gets it. On a fresh cluster the
-    first lookups wait for ``__consumer_offsets`` to be created. A broker restarted by an earlier
-    run leads nothing until its partitions' preferred leaders are elected again, so that comes first."""
+    group id's hash picks, so stopping a fixed broker would stop the coordinator one run in three.
+    Stopping it is the harder fault (the group finds a new one while offset commits fail; CI,
+    2026-12-04, lost a job in such a run), so every run gets it. ``prefer`` (the first bootstrap
+    address, which clients must fail over from too) is taken when some group id puts the
+    coordinator there; a broker restarted by an earlier run leads nothing until a preferred-leader
+    election, which is asked for on every round (it fails while the broker's replicas catch up)."""
     client = admin(bootstrap)
-    with contextlib.suppress(KafkaException):  # "election not needed" for partitions already there
-        client.elect_leaders(ElectionType.PREFERRED, None).result(timeout=30)
     deadline = time.monotonic() + timeout_s
     seen: dict[str, int] = {}
     while time.monotonic() < deadline:
+        with contextlib.suppress(KafkaException):  # not yet possible, or not needed
+            client.elect_leaders(ElectionType.PREFERRED, None).result(timeout=15)
         ids = [f"so{uuid.uuid4().hex[:8]}" for _ in range(8)]
         for group, future in client.describe_consumer_groups(ids, request_timeout=10).items():
-            try:
-                coordinator = future.result(timeout=15).coordinator.id
-            except (KafkaException, TimeoutError):
-                continue
-            seen[group] = coordinator
-            if coordinator == broker:
-                return group
-    pytest.fail(f"no group id found with broker {broker} as its coordinator in {timeout_s}s: {seen}")
+            with contextlib.suppress(KafkaException, TimeoutError):  # __consumer_offsets being made
+                seen[group] = future.result(timeout=15).coordinator.id
+                if seen[group] == prefer:
+                    return group, prefer
+        time.sleep(1)
+    if not seen:
+        pytest.fail(f"no group coordinator could be looked up in {timeout_s}s")
+    group, broker = next(iter(seen.items()))
+    print(f"no group id put the coordinator on broker {prefer} in {timeout_s}s; stopping broker {broker}")
+    return group, broker
 
 
 def test_topics_are_created_with_three_replicas_and_a_majority_min_isr(cluster):
@@ -224,7 +228,8 @@ def test_topics_are_created_with_three_replicas_and_a_majority_min_isr(cluster):
 
 def test_broker_loss_and_worker_kill9_lose_and_duplicate_no_incident(cluster, tmp_path):
     kc, bootstrap = cluster
-    prefix = _group_coordinated_by(bootstrap, STOPPED_BROKER)  # the workers' group id is the app id
+    # the workers' group id is the app id; the broker stopped below coordinates that group
+    prefix, stopped = _group_and_its_coordinator(bootstrap, prefer=FIRST_BROKER)
     cat = TopicCatalog(prefix=prefix, partitions=PARTITIONS, app_id=prefix)
     ensure_topics(bootstrap, cat.all(), REPLICATION)
     # The root grace must outlast a failover (session timeout + table recovery): while the dead
@@ -248,7 +253,7 @@ def test_broker_loss_and_worker_kill9_lose_and_duplicate_no_incident(cluster, tm
 
         # one broker of three dies, the workers' group coordinator: RF 3 / min ISR 2 keeps every
         # partition writable
-        kc.stop_broker(STOPPED_BROKER, kill=True)
+        kc.stop_broker(stopped, kill=True)
         broker_stopped = True
         stream = [r for s in second for r in s.records]
         half = len(stream) // 2
@@ -276,7 +281,7 @@ def test_broker_loss_and_worker_kill9_lose_and_duplicate_no_incident(cluster, tm
             except Exception as exc:  # a diagnostic must not decide the test
                 print(f"SICKBAY_IT_DUMP: the topics could not be dumped: {exc!r}")
         if broker_stopped:
-            kc.start_broker(STOPPED_BROKER)
+            kc.start_broker(stopped)
         delete_topics(bootstrap, cat)
     logs = f"A (owned {a_parts}):\n{a.text()[-2000:]}\nB:\n{b.text()[-2000:]}"
 
