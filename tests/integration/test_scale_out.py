@@ -11,7 +11,6 @@ of), started here and stopped at the end unless it was already running.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
-from confluent_kafka import Consumer, ElectionType, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from benchmarks.bench_scale import (
     KafkaCluster,
@@ -172,6 +171,16 @@ def _dump_topics(bootstrap: str, cat: TopicCatalog, path: Path) -> None:
         c.close()
 
 
+def _offsets_partition(group: str, partitions: int) -> int:
+    """The partition of ``__consumer_offsets`` that holds ``group``, as the broker picks it:
+    ``Utils.abs(groupId.hashCode()) % partitions``, Java's String hash over UTF-16 code units."""
+    h = 0
+    for unit in group.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return 0 if signed == -(1 << 31) else abs(signed) % partitions
+
+
 def _group_and_its_coordinator(bootstrap: str, prefer: int, timeout_s: float = 60) -> tuple[str, int]:
     """A fresh group id (and so app id), and the broker coordinating that group: the broker to stop.
 
@@ -179,27 +188,38 @@ def _group_and_its_coordinator(bootstrap: str, prefer: int, timeout_s: float = 6
     group id's hash picks, so stopping a fixed broker would stop the coordinator one run in three.
     Stopping it is the harder fault (the group finds a new one while offset commits fail; CI,
     2026-12-04, lost a job in such a run), so every run gets it. ``prefer`` (the first bootstrap
-    address, which clients must fail over from too) is taken when some group id puts the
-    coordinator there; a broker restarted by an earlier run leads nothing until a preferred-leader
-    election, which is asked for on every round (it fails while the broker's replicas catch up)."""
+    address, which clients must fail over from too) is taken when some id puts the coordinator
+    there; it may lead nothing on a cluster whose broker an earlier run restarted. The leaders are
+    read from the topic's metadata (the admin API's group lookup aborted the process in librdkafka
+    2.16 when a request timed out on a fresh cluster); a throwaway group makes the broker create
+    the topic first."""
     client = admin(bootstrap)
     deadline = time.monotonic() + timeout_s
-    seen: dict[str, int] = {}
-    while time.monotonic() < deadline:
-        with contextlib.suppress(KafkaException):  # not yet possible, or not needed
-            client.elect_leaders(ElectionType.PREFERRED, None).result(timeout=15)
-        ids = [f"so{uuid.uuid4().hex[:8]}" for _ in range(8)]
-        for group, future in client.describe_consumer_groups(ids, request_timeout=10).items():
-            with contextlib.suppress(KafkaException, TimeoutError):  # __consumer_offsets being made
-                seen[group] = future.result(timeout=15).coordinator.id
-                if seen[group] == prefer:
-                    return group, prefer
-        time.sleep(1)
-    if not seen:
-        pytest.fail(f"no group coordinator could be looked up in {timeout_s}s")
-    group, broker = next(iter(seen.items()))
-    print(f"no group id put the coordinator on broker {prefer} in {timeout_s}s; stopping broker {broker}")
-    return group, broker
+    probe: Consumer | None = None
+    try:
+        while time.monotonic() < deadline:
+            meta = client.list_topics("__consumer_offsets", timeout=10).topics.get("__consumer_offsets")
+            parts = meta.partitions if meta is not None and meta.error is None else {}
+            leaders = {p: m.leader for p, m in parts.items()}
+            if leaders and all(leader >= 0 for leader in leaders.values()):
+                ids = [f"so{uuid.uuid4().hex[:8]}" for _ in range(64)]
+                of = {g: leaders[_offsets_partition(g, len(leaders))] for g in ids}
+                group = next((g for g in ids if of[g] == prefer), ids[0])
+                if of[group] != prefer:
+                    print(
+                        f"broker {prefer} coordinates no group; stopping broker {of[group]}, its coordinator"
+                    )
+                return group, of[group]
+            if probe is None:  # the first group lookup creates __consumer_offsets
+                probe = Consumer(
+                    consumer_config(bootstrap, f"it-so-probe-{uuid.uuid4().hex[:6]}", "it-probe")
+                )
+                probe.subscribe(["it-so-probe"])  # no such topic: the join alone is wanted
+            probe.poll(1.0)
+    finally:
+        if probe is not None:
+            probe.close()
+    pytest.fail(f"__consumer_offsets had no leader for every partition after {timeout_s}s")
 
 
 def test_topics_are_created_with_three_replicas_and_a_majority_min_isr(cluster):
