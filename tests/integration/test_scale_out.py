@@ -174,9 +174,9 @@ def _dump_topics(bootstrap: str, cat: TopicCatalog, path: Path) -> None:
 def _offsets_partition(group: str, partitions: int) -> int:
     """The partition of ``__consumer_offsets`` that holds ``group``, as the broker picks it:
     ``Utils.abs(groupId.hashCode()) % partitions``, Java's String hash over UTF-16 code units."""
-    h = 0
-    for unit in group.encode("utf-16-be").hex(" ", 2).split():
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    data, h = group.encode("utf-16-be"), 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
     signed = h - (1 << 32) if h >= 1 << 31 else h
     return 0 if signed == -(1 << 31) else abs(signed) % partitions
 
