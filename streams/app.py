@@ -142,13 +142,19 @@ class SkipSafeConsumer(faust_aiokafka.Consumer):
         the worker kill's rebalance came. The group's consumers start such a partition at the
         earliest offset (``consumer_auto_offset_reset``), so the seek goes there too: what was
         handled already comes again, a replay like the one after any kill -9. Changelog partitions
-        keep their place (never committed; a standby reads them on)."""
+        keep their place (never committed; a standby reads them on).
+
+        The first offsets are looked up, then sought to, rather than asked of aiokafka's
+        ``seek_to_beginning``: that leaves a partition without a position until its reset is done,
+        and Faust's livelock check reads every partition's position on its own timer, where
+        aiokafka asserts one is set (a clean-clone CI run of 2026-12-04 crashed a worker so)."""
         committed = await super().seek_to_committed()
         acking = self.app.topics.acks_enabled_for
         unset = [tp for tp, offset in committed.items() if not offset and acking(tp.topic)]
         if unset:
             log.info("no committed offset: reading from the first offset of %s", _tps(unset))
-            await self._thread.seek_to_beginning(*unset)
+            for tp, first in (await self._thread.earliest_offsets(*unset)).items():
+                self._thread.seek(tp, first)
         return committed
 
 

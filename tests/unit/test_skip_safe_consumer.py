@@ -157,7 +157,7 @@ def test_a_never_committed_partition_is_committed_up_to_its_lowest_withheld_offs
 
 
 class _Thread:
-    """The consumer thread's two seeks, as aiokafka answers them: committed offsets, then the first."""
+    """The consumer thread as aiokafka answers it: committed offsets, first offsets (2 each), seeks."""
 
     def __init__(self, committed: dict[Any, int | None]) -> None:
         self.committed = committed
@@ -166,8 +166,12 @@ class _Thread:
     async def seek_to_committed(self) -> dict[Any, int | None]:
         return self.committed
 
-    async def seek_to_beginning(self, *partitions: Any) -> None:
-        self.to_beginning.extend(partitions)
+    async def earliest_offsets(self, *partitions: Any) -> dict[Any, int]:
+        return dict.fromkeys(partitions, 2)
+
+    def seek(self, partition: Any, offset: int) -> None:
+        assert offset == 2  # the partition's first offset, sought directly: no reset in between
+        self.to_beginning.append(partition)
 
 
 async def test_a_stream_partition_without_a_committed_offset_is_read_again_from_its_first_offset():
