@@ -653,6 +653,12 @@ def _busy_rank(window: IncidentWindow) -> Signal | None:
     return None
 
 
+def _busy_culprit(busy: Signal) -> Culprit:
+    """The rank the others waited for: where to look, not a node to drain (its work, not its
+    hardware, outlasted the timeout). An unlabelled bar is rank 0's, as ``_busy_rank`` reads it."""
+    return Culprit(node=busy.node, rank=0 if busy.rank is None else busy.rank)
+
+
 def _confidence(
     root: Signal, lead: bool, is_cascade_root: bool, cascade_elsewhere: bool, skewed: bool
 ) -> float:
@@ -750,7 +756,7 @@ def attribute(
         root, category, confidence = busy, Category.APPLICATION, 0.6
         evidence = [evidence_of(busy), *evidence][:MAX_EVIDENCE]
     culprit = (
-        None
+        _busy_culprit(busy)
         if busy is not None
         else _culprit(root, window, topology, place, is_cascade_root, victims, finished)
     )

@@ -18,6 +18,7 @@ from streams.correlate.correlator import apply_topology, window_from
 from streams.correlate.progress import JOB_STARTING_RULES, is_checkpoint_save
 from streams.correlate.restarts import failure_of, repeated
 from streams.correlate.state import PastFailure, placements
+from streams.diagnose.context_hosts import ContextHosts
 from streams.diagnose.reader import MAX_LINE_BYTES, Chunk, RawLine, ReadReport, read_chunks
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize
@@ -124,9 +125,11 @@ class Diagnoser:
         signals: list[Signal] = []
         rank_hosts: dict[int, str] = {}
         last_host: str | None = None
+        contexts = ContextHosts()
         for chunk in read_chunks(paths, report):
             if progress is not None:
                 progress(report)
+            contexts.scan(chunk.source, chunk.first, chunk.data)
             if b"host" in chunk.data:
                 last_host = self._blocks(chunk.data, last_host, rank_hosts)
             hits, _ = self.prefilter.chunk_hits(chunk.data)
@@ -156,7 +159,7 @@ class Diagnoser:
             progress(report)
         file_hosts: dict[str, str | None] = {}
         pods = pod_nodes(signals)
-        signals = [self._with_host(s, rank_hosts, file_hosts, pods) for s in signals]
+        signals = [self._with_host(s, rank_hosts, file_hosts, pods, contexts) for s in signals]
         places = placements(signals)
         window = window_from(
             [s for s in signals if s.rule != RANK_PLACEMENT_RULE], cluster="diagnose", job_id="-", now=now
@@ -317,8 +320,14 @@ class Diagnoser:
 
     @staticmethod
     def _with_host(
-        s: Signal, rank_hosts: dict[int, str], file_hosts: dict[str, str | None], pods: dict[str, str]
+        s: Signal,
+        rank_hosts: dict[int, str],
+        file_hosts: dict[str, str | None],
+        pods: dict[str, str],
+        contexts: ContextHosts,
     ) -> Signal:
+        """A signal whose line names no host gets the one its rank's failure block, its file's
+        folder or pod, or the file's last prompt or ``Node:`` line before it names."""
         if s.node is not None:
             return s
         if s.rank is not None and s.rank in rank_hosts:
@@ -327,6 +336,8 @@ class Diagnoser:
             if s.source.file not in file_hosts:
                 file_hosts[s.source.file] = host_from_path(s.source.file) or pod_host(s.source.file, pods)
             host = file_hosts[s.source.file]
+            if host is None and s.source.line is not None:
+                host = contexts.host_at(s.source.file, s.source.line)
             if host is not None:
                 return s.model_copy(update={"node": host})
         return s

@@ -882,7 +882,8 @@ async def test_timeouts_routed_in_after_the_jobs_end_line_still_read_the_busy_ra
     incidents = [inc for key, inc in pipe.sent["incidents"] if key == b"45"]
     assert incidents, "the late timeouts opened no incident"
     last = incidents[-1]
-    assert (last.category, last.culprit) == (Category.APPLICATION, None)
+    assert (last.category, last.isolate) == (Category.APPLICATION, [])
+    assert last.culprit is not None and (last.culprit.node, last.culprit.rank) == ("gpu-01", 0)
     assert last.root_cause.rule == "progress.rank_local_work_bar"
 
 
@@ -925,7 +926,8 @@ async def test_a_bar_printed_before_the_others_timed_out_joins_the_incident_they
             await agent.put(_as_dict(sig), key=b"42")
         await agent.put({"tick": True}, key=b"42")
     [(_, incident)] = pipe.sent["incidents"]
-    assert (incident.category, incident.restartable, incident.culprit) == (Category.APPLICATION, False, None)
+    assert (incident.category, incident.restartable, incident.isolate) == (Category.APPLICATION, False, [])
+    assert incident.culprit is not None and (incident.culprit.node, incident.culprit.rank) == ("gpu-01", 0)
     assert incident.root_cause.rule == "progress.rank_local_work_bar"
 
 

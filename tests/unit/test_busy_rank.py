@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from schemas.incidents import Category
+from schemas.incidents import Category, Culprit
 from schemas.signals import Role
 from streams.correlate.attribution import attribute
 from streams.correlate.correlator import window_from
@@ -39,7 +39,13 @@ def _verdict(sigs: list):
 
 def test_a_rank_printing_its_own_progress_while_the_others_time_out_is_an_application_fault():
     v = _verdict([_bar(300), *_timeouts(range(1, 16))])
-    assert (v.category, v.restartable, v.culprit, v.isolate) == (Category.APPLICATION, False, None, [])
+    # the busy rank is named (where to look) but nothing is drained: its work, not its node, was slow
+    assert (v.category, v.restartable, v.culprit, v.isolate) == (
+        Category.APPLICATION,
+        False,
+        Culprit(node="gpu-01", rank=0),
+        [],
+    )
     assert v.root.rule == "progress.rank_local_work_bar" and v.root.rank == 0
 
 
@@ -71,7 +77,11 @@ def test_an_unlabelled_bar_on_the_same_line_as_a_timeout_counts_for_rank_0():
     [bar] = [s for s in sigs if s.rule == "progress.rank_local_work_bar"]
     assert bar.rank is None  # the [Rank 2] after the bar is the next message's
     v = _verdict(sigs)
-    assert (v.category, v.restartable, v.culprit) == (Category.APPLICATION, False, None)
+    assert (v.category, v.restartable, v.culprit) == (
+        Category.APPLICATION,
+        False,
+        Culprit(node="gpu-01", rank=0),
+    )
 
 
 def test_the_look_back_keeps_the_latest_bar_per_rank_and_rewrites_it_at_most_once_a_minute():
@@ -102,6 +112,7 @@ def test_the_hang_detectors_silence_with_a_busy_rank_is_still_rank_local_work():
         }
     )
     v = _verdict([bar, hang, *_timeouts(range(1, 16))])
-    assert (v.category, v.restartable, v.culprit) == (Category.APPLICATION, False, None)
+    assert (v.category, v.restartable, v.isolate) == (Category.APPLICATION, False, [])
+    assert v.culprit is not None and v.culprit.rank == 0
     alone = _verdict([hang, *_timeouts(range(1, 16))])  # no bar: the hang stands
     assert alone.root.rule == "hang.no_progress"
