@@ -36,7 +36,8 @@ parameters that got no gradient) all 307 read 220 / 232 / 276; with round 12 and
 Slurm's client refusing a GRES, kernels built for another compute capability) all 325 read
 231 / 244 / 294 (245 with `kubectl get pods -A` rows); with round 13 and its rules (older torch's
 NCCL invalid usage, vLLM's allocator out of memory) all 330 read 235 / 250 / 299,
-and with round 14 all 331 read 236 / 250 / 300.
+and with round 14 all 331 read 236 / 250 / 300. With runc's container-init OOM kill (2026-12-04)
+237 / 251 / 300.
 The floors sit just under that; raise them when attribution improves.
 """
 
