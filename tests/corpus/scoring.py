@@ -33,14 +33,15 @@ class Outcome:
     @property
     def culprit_named(self) -> bool:
         """The verdict's culprit names what the label's does: one of its PCI addresses (the bus and
-        device; the function and the domain's zeros aside), ranks or host names. Only for a case
-        whose label names a culprit."""
+        device; the function and the domain's zeros aside), ranks, IPv4 addresses or host names.
+        Only for a case whose label names a culprit."""
         return culprit_named(self.want_culprit or "", self.got_culprit or "")
 
 
 _PCI = re.compile(r"(?:[0-9a-f]{4,8}:)?([0-9a-f]{2}:[0-9a-f]{2})(?:\.[0-7])?", re.IGNORECASE)
 _RANK = re.compile(r"\brank (\d+)", re.IGNORECASE)
 _HOST = re.compile(r"[A-Za-z][A-Za-z0-9-]*\d[A-Za-z0-9.-]*")
+_IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
 
 
 def culprit_named(want: str, got: str) -> bool:
@@ -49,6 +50,8 @@ def culprit_named(want: str, got: str) -> bool:
     if pci_want & {m.lower() for m in _PCI.findall(got)}:
         return True
     if set(_RANK.findall(want)) & set(_RANK.findall(got)):
+        return True
+    if set(_IPV4.findall(want)) & set(_IPV4.findall(got)):  # a node known by its address (Ray's)
         return True
     rest = _PCI.sub(" ", want)
     hosts = {h.split(".")[0].lower() for h in _HOST.findall(rest)}
