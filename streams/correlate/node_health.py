@@ -64,6 +64,7 @@ WEIGHTS: dict[str, float] = {
     "xid_repeat": 0.25,
     "thermal": 0.10,
     "host_memory_ce": 0.10,
+    "nvswitch_nonfatal": 0.15,
 }
 SBE_PER_ERROR = 0.01
 SBE_BURST_CAP = 0.30
@@ -80,6 +81,10 @@ RULE_KIND = {
     "gpu.clocks_throttled": "thermal",
     "gpu.slowdown_active": "thermal",
     "host.edac_corrected": "host_memory_ce",
+    # An NVSwitch logging non-fatal errors (link error rates, ECC it corrected): the node's NVLink
+    # fabric wearing; the kernel's SXid line and Fabric Manager's own log say the same.
+    "gpu.sxid_nonfatal": "nvswitch_nonfatal",
+    "gpu.fm_sxid_nonfatal": "nvswitch_nonfatal",
 }
 KIND_CATEGORY = {
     "ecc_sbe": Category.HARDWARE_GPU,
@@ -89,6 +94,7 @@ KIND_CATEGORY = {
     "thermal": Category.HARDWARE_GPU,
     "link_flap": Category.HARDWARE_NETWORK,
     "host_memory_ce": Category.HARDWARE_HOST,
+    "nvswitch_nonfatal": Category.HARDWARE_GPU,
 }
 SBE_COUNTER = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
 REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"

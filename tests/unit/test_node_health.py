@@ -199,3 +199,14 @@ def test_an_amd_gpu_s_corrected_error_counts_weigh_like_nvidia_s_single_bit_mess
     nvidia = fold([rule_signal("gpu.ecc_sbe", at=i) for i in range(3)])
     assert nh.components(amd) == nh.components(nvidia)
     assert nh.signal_kind(rule_signal("gpu.amd_ras_uncorrectable")) is None  # a root, not degradation
+
+
+def test_an_nvswitch_that_keeps_logging_non_fatal_errors_degrades_its_node():
+    few = fold([rule_signal("gpu.sxid_nonfatal", i * 60.0) for i in range(2)])
+    assert nh.evaluate(few, "local", T0, CFG)[1] is None  # a couple are noise
+    fm = fold([rule_signal("gpu.fm_sxid_nonfatal", i * 60.0) for i in range(2)])
+    assert nh.components(fm) == nh.components(few)  # Fabric Manager's log says the same
+    many = fold([rule_signal("gpu.sxid_nonfatal", i * 60.0) for i in range(6)])
+    _, incident = nh.evaluate(many, "local", T0 + timedelta(minutes=6), CFG)
+    assert incident is not None and incident.category == Category.HARDWARE_GPU
+    assert incident.isolate == []
