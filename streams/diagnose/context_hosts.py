@@ -54,9 +54,7 @@ def _host_of(line: bytes) -> tuple[bool, str | None]:
     """Whether ``line`` is a context line, and the host it puts in context (None: it ends one)."""
     if (m := _PROMPT.match(line)) is not None:
         host = m.group(2).rstrip(b".")
-        if host in _NOT_A_HOST or not any(c.isalnum() for c in host.decode("ascii")):
-            return True, None
-        if _command(m.group(3)) in _REMOTE:
+        if host in _NOT_A_HOST or _command(m.group(3)) in _REMOTE:
             return True, None
         return True, host.decode("ascii")
     if (m := _NODE_FIELD.match(line)) is not None and m.group(1) not in _NOT_A_HOST:

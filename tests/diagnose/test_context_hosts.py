@@ -5,16 +5,15 @@ report), ``scontrol show node``'s ``NodeName=``."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from streams.diagnose.context_hosts import ContextHosts
-from streams.diagnose.driver import Diagnoser, summary
+from streams.diagnose.driver import summary
+from tests.diagnose.logs import diagnosed
 
 XID79 = "[ 5321.108101] NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus."
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _hosts(text: str) -> list[str | None]:
@@ -99,9 +98,7 @@ def test_context_carries_across_the_readers_chunks():
 
 
 def _diagnose(tmp_path: Path, text: str) -> dict[str, object]:
-    path = tmp_path / "paste.log"
-    path.write_text(text + "\n")
-    return summary(Diagnoser().run([str(path)], NOW))
+    return summary(diagnosed(tmp_path, text.splitlines(), "paste.log"))
 
 
 def test_a_pasted_dmesg_after_its_prompt_names_the_host_and_the_gpu(tmp_path):

@@ -9,12 +9,11 @@ the kernel's SXid lines."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
-from streams.diagnose.driver import Diagnoser, summary
+from streams.diagnose.driver import summary
+from tests.diagnose.logs import diagnosed
 
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
 EVENTS_HEAD = [
     "Events:",
     "  Type     Reason     Age                From               Message",
@@ -39,9 +38,7 @@ XID79 = "[ 5321.108101] NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the b
 
 
 def _diagnose(tmp_path: Path, lines: list[str]) -> dict[str, object]:
-    path = tmp_path / "describe.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return summary(Diagnoser().run([str(path)], NOW))
+    return summary(diagnosed(tmp_path, lines, "describe.txt"))
 
 
 def test_a_pod_whose_image_cannot_be_pulled_is_infrastructure_and_not_worth_a_restart(tmp_path):
@@ -86,10 +83,10 @@ def test_fabric_managers_fatal_nvswitch_error_drains_the_node_it_names(tmp_path)
         "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on "
         "NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 33",
     ]
-    path = tmp_path / "hgx-b200-07" / "fabricmanager.log"
-    path.parent.mkdir()
-    path.write_text("\n".join(["[root@hgx-b200-07 ~]# tail /var/log/fabricmanager.log", *lines]) + "\n")
-    out = summary(Diagnoser().run([str(path)], NOW))
+    folder = tmp_path / "hgx-b200-07"
+    folder.mkdir()
+    prompt = "[root@hgx-b200-07 ~]# tail /var/log/fabricmanager.log"
+    out = summary(diagnosed(folder, [prompt, *lines], "fabricmanager.log"))
     assert (out["category"], out["restartable"], out["isolate"]) == ("hardware_gpu", True, ["hgx-b200-07"])
     assert out["root_cause"]["rule"] == "gpu.fm_sxid_fatal"
 
