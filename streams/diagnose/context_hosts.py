@@ -1,10 +1,11 @@
 """Hosts a log names in its own context lines, for the lines after them that name none.
 
 A log pasted into a ticket, or saved from a terminal, often says where it ran only once: the shell
-prompt before the command (``[root@node045 ~]# ibstatus``, ``alice@gpu-07:~/run$ python train.py``)
-or a report's header (``Node:  c016``, ``NodeName=c016 Arch=x86_64 ...`` from ``scontrol show
-node``). The kernel or CUDA lines that follow carry no host of their own, so without this the
-verdict names no culprit even though the log says which machine it was.
+prompt before the command (``[root@node045 ~]# ibstatus``, ``alice@gpu-07:~/run$ python train.py``),
+a report's header (``Node:  c016``, ``NodeName=c016 Arch=x86_64 ...`` from ``scontrol show node``)
+or ``uname -a``'s line (``Linux gpu-07 5.15.0-91-generic ... x86_64 GNU/Linux``). The kernel or
+CUDA lines that follow carry no host of their own, so without this the verdict names no culprit
+even though the log says which machine it was.
 
 Only what the line says plainly counts. A prompt whose command runs or reports on other machines
 (``srun``, ``ssh``, ``kubectl``, ``scontrol`` ...) ends the context: what follows is not that
@@ -30,16 +31,22 @@ _NODE_FIELD = re.compile(
     rb"([A-Za-z0-9][A-Za-z0-9.-]{0,252})(?=[ \t\r]|$)",
     re.IGNORECASE,
 )
+# ``uname -a`` (or ``-nm``): ``Linux <host> <release> ... x86_64``, the release starting with a
+# digit; the kernel's boot banner ``Linux version 5.15.0 ...`` names no host.
+_UNAME = re.compile(
+    rb"[ \t]*Linux[ \t]+([A-Za-z0-9][A-Za-z0-9.-]{0,252})[ \t]+(?:\d[^\n]*[ \t])?"
+    rb"(?:x86_64|aarch64|arm64|ppc64le|s390x)(?=[ \t\r]|$)"
+)
 # Found with bytes.find: a prompt's ``@`` within its line's first bytes; a field's name first in its line.
 _PROMPT_KEY, _PROMPT_REACH = b"@", 64
-_FIELD_KEYS = (b"Node", b"node", b"NODE", b"Host", b"host", b"HOST")
+_FIELD_KEYS = (b"Node", b"node", b"NODE", b"Host", b"host", b"HOST", b"Linux")
 
 # Commands whose output is about, or comes from, other machines.
 _REMOTE = frozenset(
     b"ssh srun sbatch salloc sacct squeue sinfo scontrol sstat mpirun mpiexec pdsh clush ansible "
     b"kubectl oc helm ray deepspeed pssh parallel-ssh".split()
 )
-_NOT_A_HOST = frozenset({b"localhost", b"localhost.localdomain"})
+_NOT_A_HOST = frozenset({b"localhost", b"localhost.localdomain", b"version"})
 
 
 def _command(text: bytes) -> bytes:
@@ -61,6 +68,8 @@ def _host_of(line: bytes) -> tuple[bool, str | None]:
         host = m.group(1).decode("ascii")
         # ``Node: 0`` is a NUMA node or a GPU index, not a machine
         return (True, host) if any(c.isalpha() for c in host) else (False, None)
+    if (m := _UNAME.match(line)) is not None and m.group(1) not in _NOT_A_HOST:
+        return True, m.group(1).decode("ascii")
     return False, None
 
 

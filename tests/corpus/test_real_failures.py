@@ -64,6 +64,9 @@ def test_the_culprit_matcher_reads_addresses_ranks_and_hosts():
     assert culprit_named("10.128.0.103", "10.128.0.103")
     assert not culprit_named("10.128.0.103", "10.128.0.10")
     assert not culprit_named("c016", "c015")
+    assert culprit_named("errol CPU#0Channel#2_DIMM#0", "errol")  # a host without a digit
+    assert not culprit_named("errol", "GPU 3")
+    assert not culprit_named("the errol-2 rack", "errol")  # a whole word only
     assert not culprit_named("GPU 0000:b3:00.0", "")
 
 

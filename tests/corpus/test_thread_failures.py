@@ -108,10 +108,12 @@ def test_only_two_known_cases_isolate_a_healthy_node(outcomes):
 
 def test_the_culprit_the_thread_names_is_named_no_less_often(outcomes):
     """68 cases name a culprit, most in words no log line has ("the node the maintainer drained");
-    15 are named (10 before 2026-12-02; round 11 added returnn#1486's GPU, which NVML names;
+    18 are named (10 before 2026-12-02; round 11 added returnn#1486's GPU, which NVML names;
     2026-12-04 the busy rank 0 that nanotron#204's other ranks timed out waiting for, round 15's
     GPU of open-gpu-kernel-modules#446, which its Xid 119 lines name, and round 17's workstation of
-    pytorch#73790, which its NCCL lines name)."""
+    pytorch#73790, which its NCCL lines name; later that day madgraph4gpu#996's host, which its pasted
+    ``uname`` names, and two hosts the matcher missed for want of a digit in their names, errol
+    and bock)."""
     named = [o for o in outcomes if o.want_culprit]
     assert len(named) == 68
-    assert sum(o.culprit_named for o in named) >= 15, [(o.id, o.want_culprit, o.got_culprit) for o in named]
+    assert sum(o.culprit_named for o in named) >= 18, [(o.id, o.want_culprit, o.got_culprit) for o in named]

@@ -35,6 +35,11 @@ def _hosts(text: str) -> list[str | None]:
         ("Node:  c016", "c016"),  # a node-down report's header
         ("NodeName=gpu-12 Arch=x86_64 CoresPerSocket=32", "gpu-12"),  # scontrol show node
         ("Hostname: ip-10-4-164-212", "ip-10-4-164-212"),
+        (
+            "Linux gpu-07 5.15.0-91-generic #101-Ubuntu SMP Tue Nov 14 UTC 2023 x86_64 x86_64 GNU/Linux",
+            "gpu-07",
+        ),
+        ("Linux itscrd-v100.cern.ch x86_64", "itscrd-v100.cern.ch"),  # uname -nm
     ],
 )
 def test_a_prompt_or_a_node_header_puts_its_host_in_context(prompt, host):
@@ -79,6 +84,9 @@ def test_a_later_prompt_ends_an_earlier_ones_context():
         '  File "/usr/lib/python3/hostname.py", line 3',
         "hostname_resolution = true",
         "Node: 0",  # a NUMA node
+        "[    0.000000] Linux version 5.15.0-91-generic (buildd@lcy02-amd64-045) (x86_64-linux-gnu-gcc)",
+        "Linux version 5.4.0 x86_64",  # the kernel's banner names no host
+        "Linux is the kernel on gpu-07 x86_64",  # prose
     ],
 )
 def test_lines_that_only_mention_a_host_are_no_context(line):
