@@ -1,0 +1,125 @@
+"""Launches that never reached the training code, read as the setup problem they are.
+
+A Slurm job whose container would not start (pyxis printing enroot's log), an MPI launch whose ssh
+key or PMIx setup was refused, and Gloo peers that cannot find each other all end in the launcher's
+generic exit lines. The line that says why is the root; the exits are what followed. The shapes are
+those of real threads (pyxis#61, enroot#234, SlinkyProject/containers#2, kubeflow/trainer#2716,
+NVIDIA/pyxis#88, pytorch#15592, NVIDIA/nvshmem#40, NVIDIA-NeMo/Automodel#1883)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streams.diagnose.driver import summary
+from tests.diagnose.logs import diagnosed
+
+PYXIS = [
+    "[2025-07-18T15:06:29.684] error: pyxis: container start failed with error code: 1",
+    "[2025-07-18T15:06:29.684] error: pyxis: printing enroot log file:",
+    "[2025-07-18T15:06:29.684] error: pyxis:     nvidia-container-cli: ldcache error: process "
+    "/usr/sbin/ldconfig.real failed with error code: 1",
+    "[2025-07-18T15:06:29.684] error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with "
+    "return code 1",
+    "[2025-07-18T15:06:29.684] error: pyxis: couldn't start container",
+    "[2025-07-18T15:06:29.684] error: spank: required plugin spank_pyxis.so: task_init() failed with rc=-1",
+    "[2025-07-18T15:06:29.684] error: Failed to invoke spank plugin stack",
+    "srun: error: gpu-1-0: task 0: Exited with exit code 1",
+]
+SSH_KEY = [
+    "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@",
+    "@         WARNING: UNPROTECTED PRIVATE KEY FILE!          @",
+    "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@",
+    "Permissions 0644 for '/root/.ssh/id_rsa' are too open.",
+    "This private key will be ignored.",
+    'Unable to load host key "/root/.ssh/id_rsa": bad permissions',
+    "sshd: no hostkeys available -- exiting.",
+]
+PMIX = [
+    "It looks like pmix_init failed for some reason; your parallel process is",
+    "likely to abort.  There are many reasons that a parallel process can",
+    "  pmix_psec_base_open failed",
+    "  --> Returned value -46 instead of PMIX_SUCCESS",
+    "[pgp0202:12255] PMIX ERROR: NOT-FOUND in file server/pmix_server.c at line 229",
+    "srun: error: pgp0202: task 0: Exited with exit code 1",
+]
+GLOO_LOOPBACK = [
+    "terminate called after throwing an instance of 'gloo::IoException'",
+    "  what():  [/opt/conda/conda-bld/pytorch_1544084119927/work/third_party/gloo/gloo/transport/tcp/"
+    "pair.cc:724] connect [127.0.1.1]:3210: Connection refused",
+    "Aborted (core dumped)",
+]
+FABRIC = [
+    "/src/host/team/team_internal_nvls.cpp:254: non-zero status: 401 cuMemMap failed to map 274877906944 "
+    "bytes handle at address: 0x1320000000 offset 0 on device 7",
+    "[1891044.581319] NVRM: nvCheckOkFailedNoLog: Check failed: NVLink fabric state cached by the driver "
+    "is out of sync [NV_ERR_FABRIC_STATE_OUT_OF_SYNC] (0x00000087) returned from status @ "
+    "mem_multicast_fabric.c:2917",
+]
+
+
+def _diagnose(tmp_path: Path, lines: list[str]) -> dict[str, object]:
+    return summary(diagnosed(tmp_path, lines))
+
+
+def _rule(s: dict[str, object]) -> object:
+    root = s["root_cause"]
+    assert isinstance(root, dict), s
+    return root["rule"]
+
+
+def test_a_container_that_did_not_start_is_the_setup_not_the_task_exit(tmp_path):
+    s = _diagnose(tmp_path, PYXIS)
+    assert (_rule(s), s["category"], s["restartable"], s["isolate"]) == (
+        "infra.container_start_failed",
+        "infrastructure",
+        False,
+        [],
+    )
+
+
+def test_an_ssh_key_others_can_read_stops_the_mpi_launch(tmp_path):
+    s = _diagnose(tmp_path, SSH_KEY)
+    assert (_rule(s), s["category"], s["restartable"]) == ("infra.ssh_key_rejected", "infrastructure", False)
+
+
+def test_pmix_that_could_not_initialise_is_the_launch_configuration(tmp_path):
+    s = _diagnose(tmp_path, PMIX)
+    assert (_rule(s), s["category"], s["restartable"]) == ("infra.mpi_init_failed", "infrastructure", False)
+
+
+def test_a_gloo_peer_on_a_loopback_address_is_interface_selection_not_a_dead_peer(tmp_path):
+    s = _diagnose(tmp_path, GLOO_LOOPBACK)
+    assert (_rule(s), s["category"], s["restartable"]) == (
+        "infra.gloo_connect_failed",
+        "infrastructure",
+        False,
+    )
+
+
+def test_a_fabric_state_out_of_sync_takes_the_node_out_like_a_fabric_manager_down(tmp_path):
+    lines = [
+        "Linux p5en-07 6.8.0-1015-aws #16-Ubuntu SMP Mon Aug 19 19:38:17 UTC 2024 x86_64 GNU/Linux",
+        *FABRIC,
+    ]
+    s = _diagnose(tmp_path, lines)
+    assert (_rule(s), s["category"], s["restartable"], s["isolate"]) == (
+        "gpu.fabric_state_out_of_sync",
+        "system_software",
+        True,
+        ["p5en-07"],
+    )
+
+
+def test_a_nan_in_a_step_tables_columns_is_divergence(tmp_path):
+    lines = [
+        "step 10 | loss 2.6030 | grad_norm  9.9375",
+        "step 11 | loss 2.3224 | grad_norm     nan",
+        "step 12 | loss    nan | grad_norm     nan",
+    ]
+    s = _diagnose(tmp_path, lines)
+    assert (_rule(s), s["category"], s["restartable"]) == ("framework.nan_loss", "application", False)
+
+
+def test_a_finite_step_table_is_no_divergence(tmp_path):
+    lines = ["step 10 | loss 2.6030 | grad_norm  9.9375", "step 11 | loss 2.3224 | grad_norm  0.8750"]
+    assert _diagnose(tmp_path, lines)["root_cause"] is None
