@@ -1,10 +1,13 @@
-"""Launches that never reached the training code, read as the setup problem they are.
+"""Launches that never reached the training code, read as the setup problem they are, and the other
+formats the thread set's rounds 18 and 19 taught (a fabric state, NaN columns, NVML, a scheduler
+checkpoint check, an NCCL plugin).
 
 A Slurm job whose container would not start (pyxis printing enroot's log), an MPI launch whose ssh
 key or PMIx setup was refused, and Gloo peers that cannot find each other all end in the launcher's
 generic exit lines. The line that says why is the root; the exits are what followed. The shapes are
 those of real threads (pyxis#61, enroot#234, SlinkyProject/containers#2, kubeflow/trainer#2716,
-NVIDIA/pyxis#88, pytorch#15592, NVIDIA/nvshmem#40, NVIDIA-NeMo/Automodel#1883)."""
+NVIDIA/pyxis#88, pytorch#15592, NVIDIA/nvshmem#40, NVIDIA-NeMo/Automodel#1883, and round 19's threads
+named at each test below)."""
 
 from __future__ import annotations
 
@@ -123,3 +126,77 @@ def test_a_nan_in_a_step_tables_columns_is_divergence(tmp_path):
 def test_a_finite_step_table_is_no_divergence(tmp_path):
     lines = ["step 10 | loss 2.6030 | grad_norm  9.9375", "step 11 | loss 2.3224 | grad_norm  0.8750"]
     assert _diagnose(tmp_path, lines)["root_cause"] is None
+
+
+def test_an_older_nvml_library_or_nvidia_docker_1_reads_as_the_driver_mismatch(tmp_path):
+    """NVIDIA/nvidia-docker#584: a package update left the libraries' symlinks on the old driver."""
+    lines = [
+        "$ nvidia-smi",
+        "Failed to initialize NVML: Function Not Found",
+        "$ sudo nvidia-docker run -it nvidia/cuda-ppc64le:8.0-cudnn6-devel-ubuntu16.04 nvidia-smi",
+        "nvidia-docker | 2017/12/21 05:04:46 Error: nvml: Driver/library version mismatch",
+    ]
+    s = _diagnose(tmp_path, lines)
+    assert (_rule(s), s["category"], s["restartable"]) == (
+        "cuda.nvml_driver_mismatch",
+        "system_software",
+        False,
+    )
+
+
+def test_a_container_toolkit_that_cannot_parse_the_hosts_imex_info_is_the_toolkit(tmp_path):
+    """pytorch/test-infra#5852: nvidia-container-toolkit 1.17.0, pinned back to 1.16.2."""
+    lines = [
+        "docker: Error response from daemon: failed to create task for container: failed to create shim task: "
+        "OCI runtime create failed: runc create failed: unable to start container process: error during "
+        "container init: error running hook #0: error running hook: exit status 1, stdout: , stderr: "
+        "Auto-detected mode as 'legacy'",
+        "nvidia-container-cli: error parsing IMEX info: unsupported IMEX channel value: all: unknown.",
+    ]
+    s = _diagnose(tmp_path, lines)
+    assert (_rule(s), s["category"], s["restartable"]) == (
+        "cuda.container_cli_parse_error",
+        "system_software",
+        False,
+    )
+
+
+def test_megatrons_lr_scheduler_against_its_checkpoint_is_the_jobs_configuration(tmp_path):
+    lines = ["AnnealingLR: class input value 1e-05 and checkpointvalue 3e-05 for learning rate do not match"]
+    s = _diagnose(tmp_path, lines)
+    assert (_rule(s), s["category"], s["restartable"]) == (
+        "framework.checkpoint_mismatch",
+        "application",
+        False,
+    )
+
+
+def test_an_object_the_api_refuses_is_the_launchers_not_a_node(tmp_path):
+    lines = [
+        "metadata.labels: Invalid value:",
+        '"iris-canary-mh-iris-canary-mh-cpu-erapids-20260317-2027-31f6be45":',
+        "must be no more than 63 bytes",
+    ]
+    s = _diagnose(tmp_path, lines)
+    assert (_rule(s), s["category"], s["restartable"], s["isolate"]) == (
+        "scheduler.k8s_object_invalid",
+        "infrastructure",
+        False,
+        [],
+    )
+
+
+def test_an_nccl_plugin_that_cannot_load_its_libraries_is_the_image(tmp_path):
+    """NVIDIA-NeMo/Megatron-Bridge#2824: the image's rdma-core shadows the one libefa needs."""
+    lines = [
+        "  NCCL INFO NET/Plugin: libnccl-net-ofi.so: /opt/rdma-core/build/lib/libibverbs.so.1: version "
+        "`IBVERBS_PRIVATE_34' not found (required by",
+        "  /usr/lib/x86_64-linux-gnu/libefa.so.1)",
+        "  NCCL INFO NET/Plugin: Could not find: ofi",
+    ]
+    s = _diagnose(tmp_path, lines)
+    assert (_rule(s), s["category"], s["restartable"]) == (
+        "nccl.net_plugin_unloadable",
+        "system_software",
+        False,
+    )
