@@ -200,3 +200,58 @@ def test_an_nccl_plugin_that_cannot_load_its_libraries_is_the_image(tmp_path):
         "system_software",
         False,
     )
+
+
+def test_a_launcher_passing_an_argument_the_script_does_not_know_is_the_jobs_command_line(tmp_path):
+    """FlagAI-Open/FlagAI#401: torch 2's launcher passes --local-rank, the script parses --local_rank."""
+    lines = [
+        "usage: aquila_chat.py [-h] [--local_rank LOCAL_RANK]",
+        "aquila_chat.py: error: unrecognized arguments: --local-rank=1",
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 2) local_rank: 1 (pid: 4242) "
+        "of binary: /usr/bin/python3",
+    ]
+    s = _diagnose(tmp_path, lines)
+    assert (_rule(s), s["category"], s["restartable"]) == ("framework.argument_error", "application", False)
+
+
+def test_efa_out_of_locked_memory_is_the_memlock_limit(tmp_path):
+    """awslabs/awsome-distributed-ai#647: 65536 bytes until `ulimit -l unlimited`."""
+    lines = [
+        "Libfabric EFA provider has encountered an internal error:",
+        "Libfabric error: (-12) Cannot allocate memory",
+        "EFA internal error: (4112) Failure to post internal receive buffers",
+        "Your application will now abort().",
+    ]
+    s = _diagnose(tmp_path, lines)
+    assert (_rule(s), s["category"], s["restartable"]) == ("infra.memlock_limit", "infrastructure", False)
+
+
+def test_an_account_quota_is_not_worth_a_rerun_but_missing_capacity_is(tmp_path):
+    quota = (
+        "ResourceLimitExceeded: An error occurred (ResourceLimitExceeded) when calling the CreateTrainingJob "
+        "operation: The account-level service limit 'ml.p3.2xlarge for training job usage' is 0 Instances"
+    )
+    capacity = (
+        "An error occurred (InsufficientInstanceCapacity) when calling the RunInstances operation (reached max "
+        "retries: 1): We currently do not have sufficient g4dn.xlarge capacity in the Availability Zone you requested"
+    )
+    (tmp_path / "q").mkdir()
+    (tmp_path / "c").mkdir()
+    got = [
+        (_rule(s), s["category"], s["restartable"])
+        for s in (_diagnose(tmp_path / "q", [quota]), _diagnose(tmp_path / "c", [capacity]))
+    ]
+    assert got == [
+        ("infra.object_store_error", "infrastructure", False),
+        ("infra.object_store_error", "infrastructure", True),
+    ]
+
+
+def test_aws_batch_losing_the_jobs_instance_is_a_reclaim_not_a_fault(tmp_path):
+    s = _diagnose(tmp_path, ["Status Reason: Host EC2 (instance i-0f1e2d3c4b5a69788) terminated."])
+    assert (_rule(s), s["category"], s["restartable"], s["isolate"]) == (
+        "scheduler.cloud_preemption",
+        "infrastructure",
+        True,
+        [],
+    )
