@@ -255,3 +255,19 @@ def test_aws_batch_losing_the_jobs_instance_is_a_reclaim_not_a_fault(tmp_path):
         True,
         [],
     )
+
+
+def test_an_external_service_throttling_the_start_is_worth_a_later_restart(tmp_path):
+    lines = [
+        "[rank5]: huggingface_hub.utils._errors.HfHubHTTPError: 429 Client Error: Too Many Requests for url: "
+        "https://huggingface.co/api/models/meta-llama/Llama-2-7b-hf",
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 5 (pid: 4242) "
+        "of binary: /usr/bin/python3",
+    ]
+    s = _diagnose(tmp_path, lines)
+    assert (_rule(s), s["category"], s["restartable"], s["isolate"]) == (
+        "infra.external_service_throttled",
+        "infrastructure",
+        True,
+        [],
+    )
