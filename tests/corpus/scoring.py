@@ -54,18 +54,24 @@ def culprit_named(want: str, got: str) -> bool:
         return True
     if set(_IPV4.findall(want)) & set(_IPV4.findall(got)):  # a node known by its address (Ray's)
         return True
-    rest = _PCI.sub(" ", want)
-    hosts = {h.split(".")[0].lower() for h in _HOST.findall(rest)}
-    got_hosts = {h.split(".")[0].lower() for h in _HOST.findall(_PCI.sub(" ", got))}
-    if hosts & got_hosts:
+    if _short_names(_HOST, _PCI.sub(" ", want)) & _short_names(_HOST, _PCI.sub(" ", got)):
         return True
     # A host named without a digit ("errol", "bock") is one only as the culprit's first word, the
     # node ``culprit_text`` puts first, and as a whole word of the label.
     words = got.split(maxsplit=1)
-    first = words[0].split(".", maxsplit=1)[0].lower() if words else ""
+    first = _short(words[0]) if words else ""
     if not first or first in ("gpu", "rank") or not _WORD_HOST.fullmatch(first):
         return False
-    return first in {w.split(".")[0].lower() for w in _WORD_HOST.findall(want)}
+    return first in _short_names(_WORD_HOST, want)
+
+
+def _short(host: str) -> str:
+    """A host name as the matcher compares it: its first label, lower case."""
+    return host.split(".", maxsplit=1)[0].lower()
+
+
+def _short_names(pattern: re.Pattern[str], text: str) -> set[str]:
+    return {_short(h) for h in pattern.findall(text)}
 
 
 def rate(outcomes: list[Outcome], ok: Callable[[Outcome], bool]) -> float:
