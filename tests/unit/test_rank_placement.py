@@ -211,3 +211,20 @@ def test_ranks_reported_from_overlapping_blocks_name_no_node():
         if r != 36
     ]
     assert _verdict(mixed, pods).culprit is None
+
+
+def test_a_monitored_barrier_logged_by_rank_zero_blames_the_missing_ranks_node():
+    """Rank 0 coordinates the barrier and names the rank that never came; that rank's init line
+    places it. The cause stays unknown (hung or died) and nothing is drained on it."""
+    missed = one(
+        job_output(
+            "gpu-01",
+            "42",
+            T0 + timedelta(minutes=5),
+            "[rank0]: RuntimeError: [Rank 0]: Rank 22 failed to pass monitoredBarrier in 30000 ms",
+        )
+    )
+    assert (missed.rule, missed.rank) == ("nccl.monitored_barrier_missed", 22)
+    v = _verdict([*_inits([0, 8, 22]), missed], JobTopology(job_id="42", nodes=NODES))
+    assert v.category == Category.UNKNOWN and v.restartable and v.isolate == []
+    assert (v.culprit.node, v.culprit.gpu, v.culprit.rank) == ("gpu-03", "0000:ba:00", 22)
