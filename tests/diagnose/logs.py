@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from streams.diagnose.driver import Diagnoser, Diagnosis
+from streams.diagnose.driver import Diagnoser, Diagnosis, summary
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -15,3 +15,15 @@ def diagnosed(tmp_path: Path, lines: list[str], name: str = "job.log") -> Diagno
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n")
     return Diagnoser().run([str(path)], NOW)
+
+
+def outcome(s: dict[str, object]) -> tuple[object, ...]:
+    """A ``--format json`` summary's root rule (None without one), category, restartable and what
+    it isolates: the four things a rule's verdict test pins."""
+    root = s["root_cause"]
+    return (root["rule"] if isinstance(root, dict) else None, s["category"], s["restartable"], s["isolate"])
+
+
+def verdict(tmp_path: Path, lines: list[str], name: str = "job.log") -> tuple[object, ...]:
+    """``lines`` diagnosed, read as ``outcome`` reads a summary."""
+    return outcome(summary(diagnosed(tmp_path, lines, name)))

@@ -6,17 +6,7 @@ fastMRI thread, huaweicloud dls-example#38, ArjunaUsers#225); the verdict is wha
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from streams.diagnose.driver import summary
-from tests.diagnose.logs import diagnosed
-
-
-def _verdict(tmp_path: Path, lines: list[str]) -> tuple[object, ...]:
-    """The root's rule (None without one), the category, restartable and what to isolate."""
-    s = summary(diagnosed(tmp_path, lines))
-    root = s["root_cause"]
-    return (root["rule"] if isinstance(root, dict) else None, s["category"], s["restartable"], s["isolate"])
+from tests.diagnose.logs import verdict
 
 
 def test_an_error_cuda_contained_is_the_gpus_and_worth_a_restart_without_it(tmp_path):
@@ -26,12 +16,12 @@ def test_an_error_cuda_contained_is_the_gpus_and_worth_a_restart_without_it(tmp_
         "[rank5]: CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
         "below might be incorrect.",
     ]
-    assert _verdict(tmp_path, lines) == ("cuda.error_contained", "hardware_gpu", True, ["gb200-r137-04"])
+    assert verdict(tmp_path, lines) == ("cuda.error_contained", "hardware_gpu", True, ["gb200-r137-04"])
 
 
 def test_the_driver_apis_contained_error_reads_the_same(tmp_path):
     lines = ["CUDA_ERROR_CONTAINED: Invalid access of peer GPU memory over nvlink or a hardware error"]
-    rule, category, restartable, _ = _verdict(tmp_path, lines)
+    rule, category, restartable, _ = verdict(tmp_path, lines)
     assert (rule, category, restartable) == ("cuda.error_contained", "hardware_gpu", True)
 
 
@@ -42,7 +32,7 @@ def test_gloo_ranks_bound_to_different_address_families_is_interface_selection(t
         "[rank1]: RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:276] "
         "ss1.ss_family == ss2.ss_family. 10 vs 2",
     ]
-    assert _verdict(tmp_path, lines) == ("infra.gloo_connect_failed", "infrastructure", False, [])
+    assert verdict(tmp_path, lines) == ("infra.gloo_connect_failed", "infrastructure", False, [])
 
 
 def test_hdf5s_input_output_error_is_the_storage_not_the_program(tmp_path):
@@ -52,7 +42,7 @@ def test_hdf5s_input_output_error_is_the_storage_not_the_program(tmp_path):
         "error message = 'Input/output error', buf = 0x5fae48a0, total read size = 43892272, "
         "bytes this sub-read = 43892272, bytes actually read = 18446744073709551615, offset = 0)",
     ]
-    assert _verdict(tmp_path, lines) == ("infra.io_error", "infrastructure", True, [])
+    assert verdict(tmp_path, lines) == ("infra.io_error", "infrastructure", True, [])
 
 
 def test_an_object_store_that_cannot_be_reached_mid_save_is_worth_a_later_restart(tmp_path):
@@ -62,7 +52,7 @@ def test_an_object_store_that_cannot_be_reached_mid_save_is_worth_a_later_restar
         "    launch_train_with_config(config, trainer)",
         "InternalError (see above for traceback): : Unable to connect to endpoint",
     ]
-    assert _verdict(tmp_path, lines) == ("infra.object_store_unreachable", "infrastructure", True, [])
+    assert verdict(tmp_path, lines) == ("infra.object_store_unreachable", "infrastructure", True, [])
 
 
 def test_slurm_refusing_the_jobs_account_is_the_jobs_submission(tmp_path):
@@ -70,11 +60,11 @@ def test_slurm_refusing_the_jobs_account_is_the_jobs_submission(tmp_path):
         "sbatch: error: spank: x11.so: Plugin file not found",
         "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
     ]
-    assert _verdict(tmp_path, lines) == ("scheduler.slurm_request_rejected", "application", False, [])
+    assert verdict(tmp_path, lines) == ("scheduler.slurm_request_rejected", "application", False, [])
 
 
 def test_slurm_refusing_a_time_limit_over_the_partitions_stays_the_schedulers_limit(tmp_path):
     lines = [
         "sbatch: error: Batch job submission failed: Requested time limit is invalid (missing or exceeds some limit)"
     ]
-    assert _verdict(tmp_path, lines) == ("scheduler.slurm_request_rejected", "infrastructure", False, [])
+    assert verdict(tmp_path, lines) == ("scheduler.slurm_request_rejected", "infrastructure", False, [])

@@ -8,17 +8,7 @@ thread settled, except where a test says the rule reads the line otherwise."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from streams.diagnose.driver import summary
-from tests.diagnose.logs import diagnosed
-
-
-def _verdict(tmp_path: Path, lines: list[str]) -> tuple[object, ...]:
-    """The root's rule (None without one), the category, restartable and what to isolate."""
-    s = summary(diagnosed(tmp_path, lines))
-    root = s["root_cause"]
-    return (root["rule"] if isinstance(root, dict) else None, s["category"], s["restartable"], s["isolate"])
+from tests.diagnose.logs import verdict
 
 
 def test_pytorchs_cpu_allocator_out_of_memory_is_the_job_outgrowing_the_host(tmp_path):
@@ -26,7 +16,7 @@ def test_pytorchs_cpu_allocator_out_of_memory_is_the_job_outgrowing_the_host(tmp
         "RuntimeError:     [enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate "
         "memory: you tried to allocate 180355072 bytes. Error code 12 (Cannot allocate memory)",
     ]
-    assert _verdict(tmp_path, lines) == ("framework.host_out_of_memory", "application", False, [])
+    assert verdict(tmp_path, lines) == ("framework.host_out_of_memory", "application", False, [])
 
 
 def test_a_proprietary_kernel_module_on_a_gpu_that_needs_the_open_one_is_the_nodes_software(tmp_path):
@@ -37,7 +27,7 @@ def test_a_proprietary_kernel_module_on_a_gpu_that_needs_the_open_one_is_the_nod
         "kernel modules.",
         "Jan 12 03:14:15 ip-10-0-7-21 kernel: NVRM: GPU 0000:57:00.0: RmInitAdapter failed! (0x22:0x56:897)",
     ]
-    assert _verdict(tmp_path, lines) == (
+    assert verdict(tmp_path, lines) == (
         "gpu.open_kernel_module_required",
         "system_software",
         False,
@@ -49,7 +39,7 @@ def test_an_rm_init_failure_alone_is_still_the_gpus(tmp_path):
     lines = [
         "Jan 12 03:14:15 gpu-07 kernel: NVRM: GPU 0000:57:00.0: RmInitAdapter failed! (0x26:0xffff:1594)"
     ]
-    rule, category, _, isolate = _verdict(tmp_path, lines)
+    rule, category, _, isolate = verdict(tmp_path, lines)
     assert (rule, category, isolate) == ("gpu.rm_init_failed", "hardware_gpu", ["gpu-07:0000:57:00.0"])
 
 
@@ -61,7 +51,7 @@ def test_nvidia_peermem_built_for_another_infiniband_stack_takes_the_node_out(tm
         "ib_register_peer_memory_client",
         "Sep  8 17:16:02 gb300-n14 kernel: nvidia_peermem: Unknown symbol ib_register_peer_memory_client (err -22)",
     ]
-    rule, category, restartable, isolate = _verdict(tmp_path, lines)
+    rule, category, restartable, isolate = verdict(tmp_path, lines)
     assert (rule, category, restartable) == ("gpu.peermem_symbol_mismatch", "system_software", False)
     assert isolate == ["gb300-n14"]
 
@@ -72,7 +62,7 @@ def test_rays_object_store_larger_than_dev_shm_is_the_containers_shared_memory(t
         "performance. To proceed regardless of this warning, you can set RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1. "
         "Consider deleting files in /dev/shm or increasing its size with --shm-size in Docker.",
     ]
-    assert _verdict(tmp_path, lines) == ("infra.shm_exhausted", "infrastructure", False, [])
+    assert verdict(tmp_path, lines) == ("infra.shm_exhausted", "infrastructure", False, [])
 
 
 def test_ray_train_unable_to_start_its_worker_group_waits_the_same_way_again(tmp_path):
@@ -84,7 +74,7 @@ def test_ray_train_unable_to_start_its_worker_group_waits_the_same_way_again(tmp
         "case), (2) infeasible resource request where the provided `ScalingConfig` cannot be satisfied), and (3) "
         "transient network issues.",
     ]
-    assert _verdict(tmp_path, lines) == (
+    assert verdict(tmp_path, lines) == (
         "scheduler.ray_train_worker_group_timeout",
         "infrastructure",
         False,
@@ -99,5 +89,5 @@ def test_abseils_fatal_signal_report_reads_as_the_signal_it_names(tmp_path):
         "(RayTrainWorker pid=26009, ip=10.0.152.139) PC: @     0x7033f7acd1be  (unknown)  "
         "ray::gcs::TaskInfoAccessor::AsyncAddTaskEventData()",
     ]
-    rule, category, restartable, isolate = _verdict(tmp_path, lines)
+    rule, category, restartable, isolate = verdict(tmp_path, lines)
     assert (rule, category, restartable, isolate) == ("framework.absl_fatal_signal", "application", True, [])

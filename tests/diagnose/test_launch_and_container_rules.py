@@ -11,10 +11,7 @@ named at each test below)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from streams.diagnose.driver import summary
-from tests.diagnose.logs import diagnosed
+from tests.diagnose.logs import verdict
 
 PYXIS = [
     "[2025-07-18T15:06:29.684] error: pyxis: container start failed with error code: 1",
@@ -60,15 +57,8 @@ FABRIC = [
 ]
 
 
-def _verdict(tmp_path: Path, lines: list[str], name: str = "job.log") -> tuple[object, ...]:
-    """The root's rule (None without one), the category, restartable and what to isolate."""
-    s = summary(diagnosed(tmp_path, lines, name))
-    root = s["root_cause"]
-    return (root["rule"] if isinstance(root, dict) else None, s["category"], s["restartable"], s["isolate"])
-
-
 def test_a_container_that_did_not_start_is_the_setup_not_the_task_exit(tmp_path):
-    assert _verdict(tmp_path, PYXIS) == (
+    assert verdict(tmp_path, PYXIS) == (
         "infra.container_start_failed",
         "infrastructure",
         False,
@@ -77,15 +67,15 @@ def test_a_container_that_did_not_start_is_the_setup_not_the_task_exit(tmp_path)
 
 
 def test_an_ssh_key_others_can_read_stops_the_mpi_launch(tmp_path):
-    assert _verdict(tmp_path, SSH_KEY) == ("infra.ssh_key_rejected", "infrastructure", False, [])
+    assert verdict(tmp_path, SSH_KEY) == ("infra.ssh_key_rejected", "infrastructure", False, [])
 
 
 def test_pmix_that_could_not_initialise_is_the_launch_configuration(tmp_path):
-    assert _verdict(tmp_path, PMIX) == ("infra.mpi_init_failed", "infrastructure", False, [])
+    assert verdict(tmp_path, PMIX) == ("infra.mpi_init_failed", "infrastructure", False, [])
 
 
 def test_a_gloo_peer_on_a_loopback_address_is_interface_selection_not_a_dead_peer(tmp_path):
-    assert _verdict(tmp_path, GLOO_LOOPBACK) == ("infra.gloo_connect_failed", "infrastructure", False, [])
+    assert verdict(tmp_path, GLOO_LOOPBACK) == ("infra.gloo_connect_failed", "infrastructure", False, [])
 
 
 def test_a_fabric_state_out_of_sync_takes_the_node_out_like_a_fabric_manager_down(tmp_path):
@@ -93,7 +83,7 @@ def test_a_fabric_state_out_of_sync_takes_the_node_out_like_a_fabric_manager_dow
         "Linux p5en-07 6.8.0-1015-aws #16-Ubuntu SMP Mon Aug 19 19:38:17 UTC 2024 x86_64 GNU/Linux",
         *FABRIC,
     ]
-    assert _verdict(tmp_path, lines) == (
+    assert verdict(tmp_path, lines) == (
         "gpu.fabric_state_out_of_sync",
         "system_software",
         True,
@@ -107,12 +97,12 @@ def test_a_nan_in_a_step_tables_columns_is_divergence(tmp_path):
         "step 11 | loss 2.3224 | grad_norm     nan",
         "step 12 | loss    nan | grad_norm     nan",
     ]
-    assert _verdict(tmp_path, lines) == ("framework.nan_loss", "application", False, [])
+    assert verdict(tmp_path, lines) == ("framework.nan_loss", "application", False, [])
 
 
 def test_a_finite_step_table_is_no_divergence(tmp_path):
     lines = ["step 10 | loss 2.6030 | grad_norm  9.9375", "step 11 | loss 2.3224 | grad_norm  0.8750"]
-    assert _verdict(tmp_path, lines)[0] is None
+    assert verdict(tmp_path, lines)[0] is None
 
 
 def test_an_older_nvml_library_or_nvidia_docker_1_reads_as_the_driver_mismatch(tmp_path):
@@ -124,7 +114,7 @@ def test_an_older_nvml_library_or_nvidia_docker_1_reads_as_the_driver_mismatch(t
         "$ sudo nvidia-docker run -it nvidia/cuda-ppc64le:8.0-cudnn6-devel-ubuntu16.04 nvidia-smi",
         "nvidia-docker | 2017/12/21 05:04:46 Error: nvml: Driver/library version mismatch",
     ]
-    assert _verdict(tmp_path, lines) == (
+    assert verdict(tmp_path, lines) == (
         "cuda.nvml_driver_mismatch",
         "system_software",
         False,
@@ -141,12 +131,12 @@ def test_a_container_toolkit_that_cannot_parse_the_hosts_imex_info_is_the_toolki
         "Auto-detected mode as 'legacy'",
         "nvidia-container-cli: error parsing IMEX info: unsupported IMEX channel value: all: unknown.",
     ]
-    assert _verdict(tmp_path, lines) == ("cuda.container_cli_parse_error", "system_software", False, [])
+    assert verdict(tmp_path, lines) == ("cuda.container_cli_parse_error", "system_software", False, [])
 
 
 def test_megatrons_lr_scheduler_against_its_checkpoint_is_the_jobs_configuration(tmp_path):
     lines = ["AnnealingLR: class input value 1e-05 and checkpointvalue 3e-05 for learning rate do not match"]
-    assert _verdict(tmp_path, lines) == ("framework.checkpoint_mismatch", "application", False, [])
+    assert verdict(tmp_path, lines) == ("framework.checkpoint_mismatch", "application", False, [])
 
 
 def test_an_object_the_api_refuses_is_the_launchers_not_a_node(tmp_path):
@@ -155,7 +145,7 @@ def test_an_object_the_api_refuses_is_the_launchers_not_a_node(tmp_path):
         '"iris-canary-mh-iris-canary-mh-cpu-erapids-20260317-2027-31f6be45":',
         "must be no more than 63 bytes",
     ]
-    assert _verdict(tmp_path, lines) == (
+    assert verdict(tmp_path, lines) == (
         "scheduler.k8s_object_invalid",
         "infrastructure",
         False,
@@ -171,7 +161,7 @@ def test_an_nccl_plugin_that_cannot_load_its_libraries_is_the_image(tmp_path):
         "  /usr/lib/x86_64-linux-gnu/libefa.so.1)",
         "  NCCL INFO NET/Plugin: Could not find: ofi",
     ]
-    assert _verdict(tmp_path, lines) == ("nccl.net_plugin_unloadable", "system_software", False, [])
+    assert verdict(tmp_path, lines) == ("nccl.net_plugin_unloadable", "system_software", False, [])
 
 
 def test_a_launcher_passing_an_argument_the_script_does_not_know_is_the_jobs_command_line(tmp_path):
@@ -182,7 +172,7 @@ def test_a_launcher_passing_an_argument_the_script_does_not_know_is_the_jobs_com
         "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 2) local_rank: 1 (pid: 4242) "
         "of binary: /usr/bin/python3",
     ]
-    assert _verdict(tmp_path, lines) == ("framework.argument_error", "application", False, [])
+    assert verdict(tmp_path, lines) == ("framework.argument_error", "application", False, [])
 
 
 def test_efa_out_of_locked_memory_is_the_memlock_limit(tmp_path):
@@ -193,7 +183,7 @@ def test_efa_out_of_locked_memory_is_the_memlock_limit(tmp_path):
         "EFA internal error: (4112) Failure to post internal receive buffers",
         "Your application will now abort().",
     ]
-    assert _verdict(tmp_path, lines) == ("infra.memlock_limit", "infrastructure", False, [])
+    assert verdict(tmp_path, lines) == ("infra.memlock_limit", "infrastructure", False, [])
 
 
 def test_an_account_quota_is_not_worth_a_rerun_but_missing_capacity_is(tmp_path):
@@ -205,7 +195,7 @@ def test_an_account_quota_is_not_worth_a_rerun_but_missing_capacity_is(tmp_path)
         "An error occurred (InsufficientInstanceCapacity) when calling the RunInstances operation (reached max "
         "retries: 1): We currently do not have sufficient g4dn.xlarge capacity in the Availability Zone you requested"
     )
-    got = [_verdict(tmp_path, [quota], "quota.log"), _verdict(tmp_path, [capacity], "capacity.log")]
+    got = [verdict(tmp_path, [quota], "quota.log"), verdict(tmp_path, [capacity], "capacity.log")]
     assert got == [
         ("infra.object_store_error", "infrastructure", False, []),
         ("infra.object_store_error", "infrastructure", True, []),
@@ -213,7 +203,7 @@ def test_an_account_quota_is_not_worth_a_rerun_but_missing_capacity_is(tmp_path)
 
 
 def test_aws_batch_losing_the_jobs_instance_is_a_reclaim_not_a_fault(tmp_path):
-    assert _verdict(tmp_path, ["Status Reason: Host EC2 (instance i-0f1e2d3c4b5a69788) terminated."]) == (
+    assert verdict(tmp_path, ["Status Reason: Host EC2 (instance i-0f1e2d3c4b5a69788) terminated."]) == (
         "scheduler.cloud_preemption",
         "infrastructure",
         True,
@@ -228,7 +218,7 @@ def test_an_external_service_throttling_the_start_is_worth_a_later_restart(tmp_p
         "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 5 (pid: 4242) "
         "of binary: /usr/bin/python3",
     ]
-    assert _verdict(tmp_path, lines) == (
+    assert verdict(tmp_path, lines) == (
         "infra.external_service_throttled",
         "infrastructure",
         True,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from streams.diagnose.driver import summary
-from tests.diagnose.logs import diagnosed
+from tests.diagnose.logs import diagnosed, outcome
 
 BARRIER = [
     "[rank0]: Traceback (most recent call last):",
@@ -31,9 +31,7 @@ INIT = [
 def _verdict(tmp_path: Path, lines: list[str]) -> tuple[object, ...]:
     """The root's rule, the category, restartable, what to isolate and the culprit."""
     s = summary(diagnosed(tmp_path, lines))
-    root = s["root_cause"]
-    rule = root["rule"] if isinstance(root, dict) else None
-    return (rule, s["category"], s["restartable"], s["isolate"], s["culprit"])
+    return (*outcome(s), s["culprit"])
 
 
 def test_the_rank_that_missed_the_barrier_is_the_culprit_not_rank_zero_that_logged_it(tmp_path):

@@ -7,17 +7,7 @@ stanford-crfm/levanter#113, tensorflow/tensorflow#61314); the verdict is what ea
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from streams.diagnose.driver import summary
-from tests.diagnose.logs import diagnosed
-
-
-def _verdict(tmp_path: Path, lines: list[str]) -> tuple[object, ...]:
-    """The root's rule (None without one), the category, restartable and what to isolate."""
-    s = summary(diagnosed(tmp_path, lines))
-    root = s["root_cause"]
-    return (root["rule"] if isinstance(root, dict) else None, s["category"], s["restartable"], s["isolate"])
+from tests.diagnose.logs import verdict
 
 
 def test_an_init_container_that_cannot_reach_the_api_server_is_the_clusters_setup(tmp_path):
@@ -25,7 +15,7 @@ def test_an_init_container_that_cannot_reach_the_api_server_is_the_clusters_setu
         "Failed to list *v1.Pod: Get https://10.43.0.1:443/api/v1/namespaces/adrian/pods?limit=500&"
         "resourceVersion=0: dial tcp 10.43.0.1:443: connect: connection refused",
     ]
-    assert _verdict(tmp_path, lines) == ("infra.kube_api_unreachable", "infrastructure", False, [])
+    assert verdict(tmp_path, lines) == ("infra.kube_api_unreachable", "infrastructure", False, [])
 
 
 def test_an_api_server_refusing_the_pods_account_is_no_network_fault(tmp_path):
@@ -33,7 +23,7 @@ def test_an_api_server_refusing_the_pods_account_is_no_network_fault(tmp_path):
         'Failed to list *v1.Pod: pods is forbidden: User "system:serviceaccount:default:default" cannot list '
         'resource "pods" in API group "" in the namespace "default"',
     ]
-    assert _verdict(tmp_path, lines)[0] != "infra.kube_api_unreachable"
+    assert verdict(tmp_path, lines)[0] != "infra.kube_api_unreachable"
 
 
 def test_an_rdma_device_plugin_matching_a_device_without_rdma_is_its_configuration(tmp_path):
@@ -41,7 +31,7 @@ def test_an_rdma_device_plugin_matching_a_device_without_rdma_is_its_configurati
         'error creating new device: "missing RDMA device spec for device 0000:e1:00.0, RDMA device \\"issm\\" '
         'not found"',
     ]
-    assert _verdict(tmp_path, lines) == ("infra.rdma_device_plugin_config", "infrastructure", False, [])
+    assert verdict(tmp_path, lines) == ("infra.rdma_device_plugin_config", "infrastructure", False, [])
 
 
 def test_xla_unable_to_link_its_gpu_kernels_is_the_cuda_toolkit(tmp_path):
@@ -51,7 +41,7 @@ def test_xla_unable_to_link_its_gpu_kernels_is_the_cuda_toolkit(tmp_path):
         "get longer compilation time due to the lack of multi-threading. Original error: INTERNAL: nvlink exited "
         "with non-zero error code 256, output: nvlink fatal   : Input file '/tmp/tempfile-194ceb5c-1'",
     ]
-    assert _verdict(tmp_path, lines) == ("cuda.xla_linking_failed", "system_software", False, [])
+    assert verdict(tmp_path, lines) == ("cuda.xla_linking_failed", "system_software", False, [])
 
 
 def test_tensorflow_devices_joining_collective_groups_of_other_sizes_is_the_program(tmp_path):
@@ -59,4 +49,4 @@ def test_tensorflow_devices_joining_collective_groups_of_other_sizes_is_the_prog
         "Device /job:localhost/replica:0/task:0/device:GPU:1 is joining a group with size 2, but that group has "
         "size 3 (group_key=1)",
     ]
-    assert _verdict(tmp_path, lines) == ("framework.tf_collective_group_mismatch", "application", False, [])
+    assert verdict(tmp_path, lines) == ("framework.tf_collective_group_mismatch", "application", False, [])
