@@ -50,3 +50,13 @@ def test_tensorflow_devices_joining_collective_groups_of_other_sizes_is_the_prog
         "size 3 (group_key=1)",
     ]
     assert verdict(tmp_path, lines) == ("framework.tf_collective_group_mismatch", "application", False, [])
+
+
+def test_a_gpu_joining_a_collective_group_of_cpu_devices_is_the_program(tmp_path):
+    """tensorflow#60847: MultiWorkerMirroredStrategy with CPU and GPU workers in one group."""
+    lines = [
+        "2023-06-13 13:30:32.188736: E tensorflow/core/common_runtime/base_collective_executor.cc:249] "
+        "BaseCollectiveExecutor::StartAbort INTERNAL: Device /job:worker/replica:0/task:1/device:GPU:0 is joining "
+        "a group with incompatible device typeCPU (group_key=3)",
+    ]
+    assert verdict(tmp_path, lines) == ("framework.tf_collective_group_mismatch", "application", False, [])
