@@ -20,6 +20,7 @@ from streams.correlate.restarts import failure_of, repeated
 from streams.correlate.state import PastFailure, placements
 from streams.diagnose.context_hosts import ContextHosts
 from streams.diagnose.reader import MAX_LINE_BYTES, Chunk, RawLine, ReadReport, read_chunks
+from streams.diagnose.survived import set_aside_survived
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize
 from streams.extract.prefilter import newline_offsets
@@ -160,6 +161,7 @@ class Diagnoser:
         file_hosts: dict[str, str | None] = {}
         pods = pod_nodes(signals)
         signals = [self._with_host(s, rank_hosts, file_hosts, pods, contexts) for s in signals]
+        signals = set_aside_survived(signals)  # errors the job went on training after
         places = placements(signals)
         window = window_from(
             [s for s in signals if s.rule != RANK_PLACEMENT_RULE], cluster="diagnose", job_id="-", now=now
