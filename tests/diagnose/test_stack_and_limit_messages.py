@@ -1,6 +1,6 @@
-"""Messages PyTorch and Hugging Face libraries print about the environment, read as the
+"""Messages PyTorch, Hugging Face libraries and srun print about the environment, read as the
 environment's: a CUDA stack built for another CUDA or cuDNN, the open-file limit behind DataLoader's
-descriptor passing, a dataset the Hub cannot be reached for."""
+descriptor passing, a dataset the Hub cannot be reached for, a step srun could not launch."""
 
 from __future__ import annotations
 
@@ -36,3 +36,8 @@ def test_dataloader_receiving_no_file_descriptors_is_the_open_file_limit(tmp_pat
 def test_a_dataset_the_hub_cannot_be_reached_for_is_the_clusters_way_out(tmp_path):
     lines = ["ConnectionError: Couldn't reach 'allenai/c4' on the Hub (ConnectionError)"]
     assert verdict(tmp_path, lines) == ("infra.external_endpoint_unreachable", "infrastructure", False, [])
+
+
+def test_sruns_application_launch_failure_alone_is_the_launch(tmp_path):
+    lines = ["srun: error: Application launch failed: Communication connection failure"]
+    assert verdict(tmp_path, lines) == ("scheduler.srun_launch_failed", "infrastructure", False, [])
