@@ -653,6 +653,79 @@ def _busy_rank(window: IncidentWindow) -> Signal | None:
     return None
 
 
+# Collectives whose input size is the same on every rank of a correct program; all-to-all, gather,
+# scatter and point-to-point sizes differ by design, and a coalesced group reports none.
+SAME_SIZE_OPS = frozenset(
+    {"ALLREDUCE", "BROADCAST", "REDUCE", "ALLGATHER", "_ALLGATHER_BASE", "REDUCE_SCATTER"}
+    | {"_REDUCE_SCATTER_BASE"}
+)
+MISMATCH_SUSPECT = "size_mismatch_suspect"  # attrs flag: the stand-in is the one rank of another size
+
+
+def _same_collective(samples: list[Signal]) -> dict[tuple[str, int, str], dict[int, list[Signal]]]:
+    """Watchdog samples by (process group, sequence number, type), then by input size."""
+    groups: dict[tuple[str, int, str], dict[int, list[Signal]]] = {}
+    for s in samples:
+        op, seq, numel = s.attrs.get("op"), s.attrs.get("seq"), s.attrs.get("numel_in")
+        if isinstance(op, str) and op in SAME_SIZE_OPS and isinstance(seq, int) and isinstance(numel, int):
+            key = (str(s.attrs.get("pg")), seq, op)
+            groups.setdefault(key, {}).setdefault(numel, []).append(s)
+    return groups
+
+
+def _mismatched_sizes(window: IncidentWindow) -> Signal | None:
+    """Ranks that timed out in the same collective with different input sizes called different
+    collectives: the program's (a branch some ranks take, a buffer only some ranks have), the
+    reading PyTorch's flight-recorder analysis makes of "collective size mismatch".
+
+    The watchdog's line names the collective's sequence number, type and ``NumelIn``; two ranks at
+    the same number of the same process group and type with different sizes cannot both be in one
+    correct collective. The rank whose size no other rank shares, when the others agree, is the
+    suspect; of two ranks that disagree neither is. Returns the stand-in root (application, not
+    restartable), or None."""
+    tally = window.tallies.get(WATCHDOG_RULE)
+    if tally is None or len(tally.samples) < 2:
+        return None
+    for (_, seq, op), sizes in sorted(_same_collective(tally.samples).items()):
+        if len(sizes) < 2:
+            continue
+        alone = [group[0] for group in sizes.values() if len(group) == 1]
+        odd = alone[0] if len(alone) == 1 and len(sizes) == 2 and sum(map(len, sizes.values())) > 2 else None
+        base = odd or next(iter(sizes.values()))[0]
+        listed = ", ".join(
+            f"{n} on {'/'.join(f'rank {x.rank}' for x in g)}" for n, g in sorted(sizes.items())
+        )
+        summary = (
+            f"ranks timed out in {op} SeqNum {seq} with different sizes ({listed}): mismatched collectives"
+        )
+        return base.model_copy(
+            update={
+                "role": Role.ROOT_CANDIDATE,
+                "category": Category.APPLICATION,
+                "restartable": False,
+                "summary": summary,
+                "attrs": {**base.attrs, MISMATCH_SUSPECT: int(odd is not None)},
+            }
+        )
+    return None
+
+
+def _waited_on(
+    window: IncidentWindow, waited: bool, is_cascade_root: bool
+) -> tuple[Signal, Culprit | None] | None:
+    """When the reporting ranks only waited, what they waited on, if the log says: a rank busy with
+    its own work (``_busy_rank``) or ranks in different collectives (``_mismatched_sizes``). Either
+    is the application's; the stand-in root and its culprit, or None."""
+    busy = _busy_rank(window) if waited else None
+    if busy is not None:
+        return busy, _busy_culprit(busy)
+    mismatch = _mismatched_sizes(window) if is_cascade_root else None
+    if mismatch is None:
+        return None
+    suspect = mismatch.attrs.get(MISMATCH_SUSPECT) == 1
+    return mismatch, Culprit(node=mismatch.node, rank=mismatch.rank) if suspect else None
+
+
 def _busy_culprit(busy: Signal) -> Culprit:
     """The rank the others waited for: where to look, not a node to drain (its work, not its
     hardware, outlasted the timeout). An unlabelled bar is rank 0's, as ``_busy_rank`` reads it."""
@@ -751,21 +824,19 @@ def attribute(
     confidence = _confidence(root, lead, is_cascade_root, cascade_elsewhere, skewed)
     victims = is_cascade_root or root.rule == SETUP_BARRIER_RULE  # the reporting ranks only waited
     waited = victims or root.rule == HANG_RULE  # ... or the whole job went silent
-    busy = _busy_rank(window) if waited else None
-    if busy is not None:  # nobody hung: one rank's own work outlasted the collective timeout
-        root, category, confidence = busy, Category.APPLICATION, 0.6
-        evidence = [evidence_of(busy), *evidence][:MAX_EVIDENCE]
-    culprit = (
-        _busy_culprit(busy)
-        if busy is not None
-        else _culprit(root, window, topology, place, is_cascade_root, victims, finished)
-    )
+    stand_in = _waited_on(window, waited, is_cascade_root)
+    if stand_in is not None:  # nobody hung: the application's own work or collectives
+        root, culprit = stand_in
+        category, confidence = Category.APPLICATION, 0.6
+        evidence = [evidence_of(root), *(e for e in evidence if e.signal_id != root.signal_id)][:MAX_EVIDENCE]
+    else:
+        culprit = _culprit(root, window, topology, place, is_cascade_root, victims, finished)
     restartable = True if root.restartable is None else root.restartable
     return Verdict(
         root=root,
         category=category,
         culprit=culprit,
-        isolate=[] if is_cascade_root or lead or busy is not None else _isolate(root),
+        isolate=[] if is_cascade_root or lead or stand_in is not None else _isolate(root),
         restartable=restartable,
         confidence=confidence,
         supporting=supporting,

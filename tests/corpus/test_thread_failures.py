@@ -70,7 +70,9 @@ open one, nvidia-peermem against another InfiniBand stack, Ray's /dev/shm and wo
 Abseil's fatal-signal report) all 529 read 372 / 390 / 484; with round 23 and its rules (a pod that
 cannot reach the API server, an RDMA device plugin's selectors, XLA's kernel linking, TensorFlow's
 collective groups) all 537 read 377 / 397 / 492; with Gloo's and JAX's timeouts read as cascades,
-watchdog lines without their rank prefix and TensorFlow's groups of another device type, 378 / 398 / 492.
+watchdog lines without their rank prefix and TensorFlow's groups of another device type, 378 / 398 / 492;
+with ranks timing out in one collective with different sizes read as mismatched collectives,
+379 / 399 / 492.
 The floors sit just under that; raise them when attribution improves.
 """
 
