@@ -315,7 +315,7 @@ def _job_node(name: str, topology: JobTopology | None) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-_HARDWARE = (Category.HARDWARE_GPU, Category.HARDWARE_HOST, Category.HARDWARE_NETWORK)
+HARDWARE = (Category.HARDWARE_GPU, Category.HARDWARE_HOST, Category.HARDWARE_NETWORK)
 
 
 def on_the_only_node(root: Signal, topology: JobTopology | None) -> Signal:
@@ -326,7 +326,7 @@ def on_the_only_node(root: Signal, topology: JobTopology | None) -> Signal:
     the culprit and drains nothing. A job on several nodes leaves the culprit open."""
     if root.node is not None or topology is None or len(topology.nodes) != 1:
         return root
-    if root.isolation == "none" and root.category not in _HARDWARE:
+    if root.isolation == "none" and root.category not in HARDWARE:
         return root
     return root.model_copy(update={"node": topology.nodes[0]})
 
@@ -659,7 +659,6 @@ SAME_SIZE_OPS = frozenset(
     {"ALLREDUCE", "BROADCAST", "REDUCE", "ALLGATHER", "_ALLGATHER_BASE", "REDUCE_SCATTER"}
     | {"_REDUCE_SCATTER_BASE"}
 )
-MISMATCH_SUSPECT = "size_mismatch_suspect"  # attrs flag: the stand-in is the one rank of another size
 
 
 def _same_collective(samples: list[Signal]) -> dict[tuple[str, int, str], dict[int, list[Signal]]]:
@@ -673,7 +672,7 @@ def _same_collective(samples: list[Signal]) -> dict[tuple[str, int, str], dict[i
     return groups
 
 
-def _mismatched_sizes(window: IncidentWindow) -> Signal | None:
+def _mismatched_sizes(window: IncidentWindow) -> tuple[Signal, Culprit | None] | None:
     """Ranks that timed out in the same collective with different input sizes called different
     collectives: the program's (a branch some ranks take, a buffer only some ranks have), the
     reading PyTorch's flight-recorder analysis makes of "collective size mismatch".
@@ -682,7 +681,7 @@ def _mismatched_sizes(window: IncidentWindow) -> Signal | None:
     the same number of the same process group and type with different sizes cannot both be in one
     correct collective. The rank whose size no other rank shares, when the others agree, is the
     suspect; of two ranks that disagree neither is. Returns the stand-in root (application, not
-    restartable), or None."""
+    restartable) and that suspect, or None."""
     tally = window.tallies.get(WATCHDOG_RULE)
     if tally is None or len(tally.samples) < 2:
         return None
@@ -698,15 +697,15 @@ def _mismatched_sizes(window: IncidentWindow) -> Signal | None:
         summary = (
             f"ranks timed out in {op} SeqNum {seq} with different sizes ({listed}): mismatched collectives"
         )
-        return base.model_copy(
+        stand_in = base.model_copy(
             update={
                 "role": Role.ROOT_CANDIDATE,
                 "category": Category.APPLICATION,
                 "restartable": False,
                 "summary": summary,
-                "attrs": {**base.attrs, MISMATCH_SUSPECT: int(odd is not None)},
             }
         )
+        return stand_in, (Culprit(node=odd.node, rank=odd.rank) if odd is not None else None)
     return None
 
 
@@ -719,11 +718,7 @@ def _waited_on(
     busy = _busy_rank(window) if waited else None
     if busy is not None:
         return busy, _busy_culprit(busy)
-    mismatch = _mismatched_sizes(window) if is_cascade_root else None
-    if mismatch is None:
-        return None
-    suspect = mismatch.attrs.get(MISMATCH_SUSPECT) == 1
-    return mismatch, Culprit(node=mismatch.node, rank=mismatch.rank) if suspect else None
+    return _mismatched_sizes(window) if is_cascade_root else None
 
 
 def _busy_culprit(busy: Signal) -> Culprit:

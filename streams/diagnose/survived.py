@@ -23,13 +23,11 @@ import bisect
 from collections import defaultdict
 from datetime import datetime
 
-from schemas.incidents import Category
 from schemas.signals import Role, Signal
+from streams.correlate.attribution import GENERIC_WEIGHT, HARDWARE
 from streams.correlate.progress import JOB_STARTING_RULES
 
 MIN_PROGRESS_AFTER = 2
-GENERIC_WEIGHT = 40  # attribution's catch-all threshold: a generic root does not set an earlier one aside
-_HARDWARE = frozenset({Category.HARDWARE_GPU, Category.HARDWARE_NETWORK, Category.HARDWARE_HOST})
 SURVIVED = "survived"  # the attribute set on an error the job went on after
 
 
@@ -38,7 +36,7 @@ def _line(s: Signal) -> int | None:
 
 
 def _may_be_set_aside(s: Signal) -> bool:
-    return s.role == Role.ROOT_CANDIDATE and not s.decisive and s.category not in _HARDWARE
+    return s.role == Role.ROOT_CANDIDATE and not s.decisive and s.category not in HARDWARE
 
 
 def _went_on(
@@ -66,7 +64,7 @@ def set_aside_survived(signals: list[Signal]) -> list[Signal]:
             continue
         if s.role == Role.PROGRESS:
             progress[source].append(line)
-        elif s.role == Role.ROOT_CANDIDATE and s.weight >= GENERIC_WEIGHT:
+        elif s.role == Role.ROOT_CANDIDATE and s.weight >= GENERIC_WEIGHT:  # a catch-all sets none aside
             specific[source].append((line, s))
     if not progress:
         return signals

@@ -27,3 +27,9 @@ def outcome(s: dict[str, object]) -> tuple[object, ...]:
 def verdict(tmp_path: Path, lines: list[str], name: str = "job.log") -> tuple[object, ...]:
     """``lines`` diagnosed, read as ``outcome`` reads a summary."""
     return outcome(summary(diagnosed(tmp_path, lines, name)))
+
+
+def verdict_and_culprit(tmp_path: Path, lines: list[str]) -> tuple[object, ...]:
+    """``verdict`` with the culprit as the summary names it, for the tests of who is to blame."""
+    s = summary(diagnosed(tmp_path, lines))
+    return (*outcome(s), s["culprit"])

@@ -7,10 +7,7 @@ elements: a code path only one rank took."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from streams.diagnose.driver import summary
-from tests.diagnose.logs import diagnosed, outcome
+from tests.diagnose.logs import verdict_and_culprit
 
 
 def _timeout(rank: int, numel: int, seq: int = 7219, op: str = "BROADCAST", pg: int | None = None) -> str:
@@ -22,31 +19,32 @@ def _timeout(rank: int, numel: int, seq: int = 7219, op: str = "BROADCAST", pg: 
     )
 
 
-def _verdict(tmp_path: Path, lines: list[str]) -> tuple[object, ...]:
-    s = summary(diagnosed(tmp_path, lines))
-    return (*outcome(s), s["culprit"])
-
-
 def test_two_ranks_in_one_collective_with_different_sizes_are_the_programs(tmp_path):
     lines = [_timeout(3, 64), _timeout(2, 24084544)]
-    assert _verdict(tmp_path, lines) == ("nccl.watchdog_timeout", "application", False, [], None)
+    assert verdict_and_culprit(tmp_path, lines) == ("nccl.watchdog_timeout", "application", False, [], None)
 
 
 def test_the_one_rank_of_another_size_is_the_suspect_when_the_others_agree(tmp_path):
     lines = [_timeout(0, 64), _timeout(1, 64), _timeout(2, 24084544), _timeout(3, 64)]
-    assert _verdict(tmp_path, lines) == ("nccl.watchdog_timeout", "application", False, [], "rank 2")
+    assert verdict_and_culprit(tmp_path, lines) == (
+        "nccl.watchdog_timeout",
+        "application",
+        False,
+        [],
+        "rank 2",
+    )
 
 
 def test_the_same_size_everywhere_is_a_plain_cascade(tmp_path):
     lines = [_timeout(0, 64), _timeout(1, 64), _timeout(3, 64)]
-    assert _verdict(tmp_path, lines)[1:3] == ("unknown", True)
+    assert verdict_and_culprit(tmp_path, lines)[1:3] == ("unknown", True)
 
 
 def test_the_same_sequence_number_in_two_process_groups_is_no_mismatch(tmp_path):
     lines = [_timeout(0, 64, pg=0), _timeout(1, 24084544, pg=1)]
-    assert _verdict(tmp_path, lines)[1:3] == ("unknown", True)
+    assert verdict_and_culprit(tmp_path, lines)[1:3] == ("unknown", True)
 
 
 def test_all_to_all_sizes_may_differ_by_design(tmp_path):
     lines = [_timeout(0, 4096, op="ALLTOALL_BASE"), _timeout(1, 8192, op="ALLTOALL_BASE")]
-    assert _verdict(tmp_path, lines)[1:3] == ("unknown", True)
+    assert verdict_and_culprit(tmp_path, lines)[1:3] == ("unknown", True)

@@ -8,10 +8,7 @@ The messages are PyTorch's (ProcessGroupGloo.cpp ``monitoredBarrier``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from streams.diagnose.driver import summary
-from tests.diagnose.logs import diagnosed, outcome
+from tests.diagnose.logs import verdict_and_culprit
 
 BARRIER = [
     "[rank0]: Traceback (most recent call last):",
@@ -28,18 +25,18 @@ INIT = [
 ]
 
 
-def _verdict(tmp_path: Path, lines: list[str]) -> tuple[object, ...]:
-    """The root's rule, the category, restartable, what to isolate and the culprit."""
-    s = summary(diagnosed(tmp_path, lines))
-    return (*outcome(s), s["culprit"])
-
-
 def test_the_rank_that_missed_the_barrier_is_the_culprit_not_rank_zero_that_logged_it(tmp_path):
-    assert _verdict(tmp_path, BARRIER) == ("nccl.monitored_barrier_missed", "unknown", True, [], "rank 1")
+    assert verdict_and_culprit(tmp_path, BARRIER) == (
+        "nccl.monitored_barrier_missed",
+        "unknown",
+        True,
+        [],
+        "rank 1",
+    )
 
 
 def test_the_missing_rank_is_placed_on_the_node_its_nccl_init_line_names(tmp_path):
-    rule, category, restartable, isolate, culprit = _verdict(tmp_path, [*INIT, *BARRIER])
+    rule, category, restartable, isolate, culprit = verdict_and_culprit(tmp_path, [*INIT, *BARRIER])
     assert (rule, category, restartable, isolate) == ("nccl.monitored_barrier_missed", "unknown", True, [])
     assert isinstance(culprit, str) and culprit.startswith("node-b")
 
@@ -52,7 +49,7 @@ def test_ranks_that_reached_the_barrier_point_at_rank_zeros_own_failure(tmp_path
         "[rank2]: RuntimeError: Rank 2 successfully reached monitoredBarrier, but received errors while "
         "waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.",
     ]
-    assert _verdict(tmp_path, lines) == ("framework.exception", "application", False, [], "rank 0")
+    assert verdict_and_culprit(tmp_path, lines) == ("framework.exception", "application", False, [], "rank 0")
 
 
 def test_ranks_that_reached_the_barrier_alone_name_no_culprit_of_their_own(tmp_path):
@@ -60,4 +57,10 @@ def test_ranks_that_reached_the_barrier_alone_name_no_culprit_of_their_own(tmp_p
         "[rank1]: RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors while "
         "waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.",
     ]
-    assert _verdict(tmp_path, lines) == ("nccl.monitored_barrier_lost_coordinator", "unknown", True, [], None)
+    assert verdict_and_culprit(tmp_path, lines) == (
+        "nccl.monitored_barrier_lost_coordinator",
+        "unknown",
+        True,
+        [],
+        None,
+    )
