@@ -359,7 +359,7 @@ def diagnose(
 
     from schemas import codec
     from streams.diagnose.driver import Diagnoser, summary
-    from streams.diagnose.render import render_text
+    from streams.diagnose.render import render_text, skipped_lines
 
     if fmt not in ("text", "json"):
         _fail(f"--format must be text or json, not {fmt!r}")
@@ -379,6 +379,8 @@ def diagnose(
         if result.report.files:  # with no input at all, the error below names the problems
             for problem in result.report.problems:  # stdout keeps the one JSON line
                 typer.echo(f"warning: {problem}", err=True)
+            for skipped in skipped_lines(result.report):
+                typer.echo(f"warning: skipped {skipped}", err=True)
         typer.echo(codec.dumps(summary(result)).decode())
     else:
         typer.echo(render_text(result, colour=sys.stdout.isatty() if colour is None else colour))

@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from streams.diagnose.driver import Diagnosis, summary
+from streams.diagnose.reader import ReadReport
 
 _CATEGORY_COLOUR = {
     "hardware_gpu": typer.colors.RED,
@@ -64,12 +65,18 @@ def render_text(d: Diagnosis, colour: bool) -> str:
             dim=True,
         )
     )
+    skipped = skipped_lines(r)
+    if skipped:
+        out.append(style("skipped " + ", ".join(skipped), fg=typer.colors.YELLOW))
+    out.extend(style(f"warning: {p}", fg=typer.colors.YELLOW) for p in r.problems)
+    return "\n".join(out)
+
+
+def skipped_lines(r: ReadReport) -> list[str]:
+    """What reading left out, in the words both output formats use ("2 binary lines")."""
     skipped = []
     if r.skipped_long:
         skipped.append(f"{r.skipped_long} lines over 1 MiB")
     if r.skipped_binary:
         skipped.append(f"{r.skipped_binary} binary lines")
-    if skipped:
-        out.append(style("skipped " + ", ".join(skipped), fg=typer.colors.YELLOW))
-    out.extend(style(f"warning: {p}", fg=typer.colors.YELLOW) for p in r.problems)
-    return "\n".join(out)
+    return skipped
