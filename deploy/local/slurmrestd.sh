@@ -13,7 +13,7 @@
 # (X-SLURM-USER-NAME / X-SLURM-USER-TOKEN) is unit-tested against a recorded exchange instead.
 # Running as root (SlurmUser here) needs SLURMRESTD_SECURITY=disable_user_check; local testing only.
 #
-# Settings (env): SICKBAY_STACK_DIR (<repo>/.cache/stack).
+# Settings (env): SICKBAY_STACK_DIR (<repo>/.cache/stack), SICKBAY_SLURMRESTD_WAIT_S (60: how long `up` waits).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
@@ -46,9 +46,17 @@ pid_running() {
     printf '%s\n' "$pid"
 }
 
+# The last ping's status and body are kept in $DIR/ping.last, so a start that times out can say why
+# (slurmrestd forwards the ping to slurmctld: no answer while the controller is down or swamped, an error
+# status and its "errors" list when the controller refuses).
 ping_ok() {
     [[ -S "$SOCK" ]] || return 1
-    curl -fsS --max-time 5 --unix-socket "$SOCK" http://slurmrestd/slurm/v0.0.38/ping >/dev/null 2>&1
+    local code
+    rm -f "$DIR/ping.body" "$DIR/ping.err"
+    code="$(curl -sS --max-time 5 --unix-socket "$SOCK" -o "$DIR/ping.body" -w '%{http_code}' \
+        http://slurmrestd/slurm/v0.0.38/ping 2>"$DIR/ping.err")" || code="none ($(cat "$DIR/ping.err"))"
+    { printf 'HTTP %s\n' "$code"; head -c 2000 "$DIR/ping.body" 2>/dev/null || true; } >"$DIR/ping.last"
+    [[ "$code" == 200 ]]
 }
 
 cmd_up() {
@@ -65,14 +73,17 @@ cmd_up() {
     SLURMRESTD_SECURITY=disable_user_check setsid /usr/sbin/slurmrestd -a rest_auth/local -s openapi/v0.0.38 \
         "unix:$SOCK" >>"$LOG" 2>&1 </dev/null &
     echo $! >"$PIDFILE"
-    local i
-    for ((i = 0; i < 100; i++)); do
+    # Usually ready in ~0.1 s. On a loaded 2-core CI host slurmctld can be slow to answer the ping that
+    # slurmrestd forwards to it, so wait on a deadline rather than a count of tries.
+    local deadline=$((SECONDS + ${SICKBAY_SLURMRESTD_WAIT_S:-60}))
+    while ((SECONDS < deadline)); do
         ping_ok && { log "ready (pid $(pid_running))"; return 0; }
-        pid_running >/dev/null || break
-        sleep 0.1
+        pid_running >/dev/null || { log "slurmrestd exited"; break; }
+        sleep 0.2
     done
     tail -n 20 "$LOG" >&2 || true
-    die "slurmrestd did not answer within 10s"
+    log "last ping answer: $(cat "$DIR/ping.last" 2>/dev/null || echo none)"
+    die "slurmrestd did not answer GET /slurm/v0.0.38/ping with 200 within ${SICKBAY_SLURMRESTD_WAIT_S:-60}s"
 }
 
 cmd_down() {
