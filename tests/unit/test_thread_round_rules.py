@@ -116,8 +116,10 @@ HCA_FATAL = (
 )
 
 
-def test_a_request_slurm_cannot_satisfy_is_not_worth_a_restart():
-    assert _outcome(SRUN_REJECTED) == ("scheduler.slurm_request_rejected", Category.INFRASTRUCTURE, False, [])
+def test_a_request_no_node_can_satisfy_is_the_jobs_own_and_not_worth_a_restart():
+    """verl#548 (a launch script that put both hosts in one -w) and mlcommons/training#824 (8 GPUs
+    asked of 4-GPU nodes): the request is the job's, so the verdict is application."""
+    assert _outcome(SRUN_REJECTED) == ("scheduler.slurm_request_rejected", Category.APPLICATION, False, [])
 
 
 def test_a_queue_pair_access_violation_is_the_rdma_settings_and_explains_the_flushed_completions():
