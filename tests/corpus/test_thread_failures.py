@@ -1,6 +1,6 @@
-"""``sickbay diagnose`` on 598 more real failure logs from public threads (thread-failures.jsonl).
+"""``sickbay diagnose`` on 626 more real failure logs from public threads (thread-failures.jsonl).
 
-Collected on 2026-11-30 in four rounds, on 2026-12-01 in a fifth to a tenth round, on 2026-12-03 in an eleventh to a fourteenth on 2026-12-04 in a fifteenth to a twentieth and on 2026-12-05 in a twenty-first to a twenty-fifth, from public threads the
+Collected on 2026-11-30 in four rounds, on 2026-12-01 in a fifth to a tenth round, on 2026-12-03 in an eleventh to a fourteenth on 2026-12-04 in a fifteenth to a twentieth and on 2026-12-05 in a twenty-first to a twenty-sixth, from public threads the
 82-case corpus does not use, labelled by the same conventions (tests/corpus/README.md). Each round
 was read blind first, with the rules of the rounds before it, and only then were rules written for
 its misses (category / restartable / isolate right):
@@ -28,7 +28,8 @@ its misses (category / restartable / isolate right):
 - round 22 (27 cases): 10, 13, 25 blind; 15, 17, 26 after;
 - round 23 (8 cases): 1, 3, 8 blind; 5, 7, 8 after;
 - round 24 (23 cases): 10, 17, 18 blind; 20, 21, 21 after;
-- round 25 (38 cases): 10, 11, 34 blind; 26, 24, 36 after.
+- round 25 (38 cases): 10, 11, 34 blind; 26, 24, 36 after;
+- round 26 (28 cases): 9, 15, 24 blind; 19, 23, 27 after.
 After round 4: category 103, restartable 116, isolate 155; with six rules for formats no rule knew
 and lead hints (2026-12-01, tests/corpus/README.md, docs/rules.md): category 111, restartable 120,
 isolate 156. With round 5's rules and wrapped lines read whole, the first 178 read 115 / 125 / 157,
@@ -85,7 +86,11 @@ node and VNI allocator, NCCL told to use a network it has no plugin for, aws-ofi
 on libfabric's tcp provider, the EFA device plugin without devices, a node that does not know the
 job's user, an image without glibc's ldconfig, enroot unable to set capabilities, a prolog that
 hung; pyxis's own summary line a catch-all behind the reason its engine log gives) all 598 read
-426 / 445 / 549.
+426 / 445 / 549; with round 26 and its rules (TensorFlow's checkpoint writer out of room, storage
+without a call the job made, network storage's EREMOTEIO, a health check that could not run, DCGM's
+IMEX not ready and its host engine out of reach, nvidia-smi's pending row remaps, Fabric Manager's
+mismatch and mlx5's health line as web pages quote them; NCCL's internal error a catch-all behind
+its "Last error:") all 626 read 446 / 468 / 576.
 The floors sit just under that; raise them when attribution improves.
 """
 
@@ -103,13 +108,13 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[Outcome]:
     return score(Path(tmp_path_factory.mktemp("threads")), THREADS)
 
 
-def test_the_thread_set_is_598_cases_apart_from_the_given_corpus(outcomes):
+def test_the_thread_set_is_626_cases_apart_from_the_given_corpus(outcomes):
     from schemas import codec
     from tests.corpus.scoring import CORPUS
 
     given = {codec.loads(line)["source_url"] for line in CORPUS.read_text().splitlines()}
     threads = [codec.loads(line) for line in THREADS.read_text().splitlines()]
-    assert len(outcomes) == len(threads) == 598
+    assert len(outcomes) == len(threads) == 626
     assert not given & {t["source_url"] for t in threads}
 
 
@@ -118,17 +123,19 @@ def test_category_accuracy_stays_above_its_floor(outcomes):
 
 
 def test_gpu_faults_are_recognised(outcomes):
-    """30 of 43. Round 19 added two no line can tell: a row-remap Xid 63 (an event NVIDIA calls
+    """31 of 45. Round 19 added two no line can tell: a row-remap Xid 63 (an event NVIDIA calls
     informational) that the team acted on, and a CI runner's GPU seen only as nvidia-smi timing out;
     round 21 a GB200 GPU whose CUDA_ERROR_ILLEGAL_INSTRUCTION (a program's fault, read alone) only
     the thread's table of runs by node tied to the hardware (marin#7956); round 24 a card whose only
-    line is CUDA's "unspecified launch failure" until swapping it fixed the job (MinerU#426)."""
+    line is CUDA's "unspecified launch failure" until swapping it fixed the job (MinerU#426); round
+    26 an AMD GPU whose badly seated riser showed only as a task hung in amdgpu (ROCm
+    tensorflow-upstream#180)."""
     gpu = [o for o in outcomes if o.want_category == "hardware_gpu"]
-    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.69, table(outcomes)
+    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.68, table(outcomes)
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    """445 of 598. Round 22 lowered it: its cluster-tooling bugs (a controller's memory leak, a
+    """468 of 626. Round 22 lowered it: its cluster-tooling bugs (a controller's memory leak, a
     launcher's rendezvous race, Ray core crashing) read as the program's or as unexplained."""
     assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.73, table(outcomes)
 
@@ -166,7 +173,7 @@ def test_only_five_known_cases_isolate_a_healthy_node(outcomes):
 
 
 def test_the_culprit_the_thread_names_is_named_no_less_often(outcomes):
-    """92 cases name a culprit, most in words no log line has ("the node the maintainer drained");
+    """94 cases name a culprit, most in words no log line has ("the node the maintainer drained");
     23 are named (10 before 2026-12-02; round 11 added returnn#1486's GPU, which NVML names;
     2026-12-04 the busy rank 0 that nanotron#204's other ranks timed out waiting for, round 15's
     GPU of open-gpu-kernel-modules#446, which its Xid 119 lines name, and round 17's workstation of
@@ -176,5 +183,5 @@ def test_the_culprit_the_thread_names_is_named_no_less_often(outcomes):
     nccl#1338's node2, which their lines name; round 24's Aurora node that PALS could not reach and
     round 25's that PALS found rebooted)."""
     named = [o for o in outcomes if o.want_culprit]
-    assert len(named) == 92
+    assert len(named) == 94
     assert sum(o.culprit_named for o in named) >= 23, [(o.id, o.want_culprit, o.got_culprit) for o in named]
