@@ -21,6 +21,7 @@ from streams.correlate.state import PastFailure, placements
 from streams.diagnose.context_hosts import ContextHosts
 from streams.diagnose.reader import MAX_LINE_BYTES, Chunk, RawLine, ReadReport, read_chunks
 from streams.diagnose.survived import set_aside_survived
+from streams.diagnose.teardown import read_teardown_hang
 from streams.extract.extractor import Extractor, Position
 from streams.extract.normalize import BadRecord, normalize
 from streams.extract.prefilter import newline_offsets
@@ -162,6 +163,7 @@ class Diagnoser:
         pods = pod_nodes(signals)
         signals = [self._with_host(s, rank_hosts, file_hosts, pods, contexts) for s in signals]
         signals = set_aside_survived(signals)  # errors the job went on training after
+        signals = read_teardown_hang(signals)  # a watchdog stuck while ranks were exiting
         places = placements(signals)
         window = window_from(
             [s for s in signals if s.rule != RANK_PLACEMENT_RULE], cluster="diagnose", job_id="-", now=now
