@@ -75,7 +75,8 @@ cmd_up() {
     echo $! >"$PIDFILE"
     # Usually ready in ~0.1 s. On a loaded 2-core CI host slurmctld can be slow to answer the ping that
     # slurmrestd forwards to it, so wait on a deadline rather than a count of tries.
-    local deadline=$((SECONDS + ${SICKBAY_SLURMRESTD_WAIT_S:-60}))
+    local wait_s="${SICKBAY_SLURMRESTD_WAIT_S:-60}"
+    local deadline=$((SECONDS + wait_s))
     while ((SECONDS < deadline)); do
         ping_ok && { log "ready (pid $(pid_running))"; return 0; }
         pid_running >/dev/null || { log "slurmrestd exited"; break; }
@@ -83,7 +84,7 @@ cmd_up() {
     done
     tail -n 20 "$LOG" >&2 || true
     log "last ping answer: $(cat "$DIR/ping.last" 2>/dev/null || echo none)"
-    die "slurmrestd did not answer GET /slurm/v0.0.38/ping with 200 within ${SICKBAY_SLURMRESTD_WAIT_S:-60}s"
+    die "slurmrestd did not answer GET /slurm/v0.0.38/ping with 200 within ${wait_s}s"
 }
 
 cmd_down() {

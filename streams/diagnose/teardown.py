@@ -18,10 +18,13 @@ warning is then the root: the program's teardown, and a rerun hangs the same way
 from __future__ import annotations
 
 from schemas.signals import Role, Signal
+from streams.correlate.progress import NCCL_TIMEOUT_RULES
 
 EXIT_WARNING_RULE = "framework.exit_without_destroy_process_group"
 WATCHDOG_HANG_RULE = "nccl.watchdog_hang"
-COLLECTIVE_TIMEOUT_RULES = frozenset({"nccl.watchdog_timeout", "nccl.watchdog_exception"})
+# the collective timeouts the hang detector also counts; the watchdog thread's termination is left
+# out, since it carries any exception the watchdog met (a CUDA or HIP error too), not only a timeout
+COLLECTIVE_TIMEOUT_RULES = frozenset(NCCL_TIMEOUT_RULES) - {"nccl.watchdog_terminated"}
 WEIGHT = 35  # a catch-all's: any specific root would have spoken first anyway
 
 

@@ -10,6 +10,8 @@ except where a test says the rule reads the line otherwise."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.diagnose.logs import verdict, verdict_and_culprit
 
 PYXIS_START_FAILED = [
@@ -41,14 +43,19 @@ def test_gpu_aware_mpi_without_the_gtl_library_is_the_jobs_build(tmp_path):
     assert verdict(tmp_path, lines) == ("network.mpich_gtl_not_linked", "application", False, [])
 
 
-def test_the_mpi_librarys_own_faults_are_system_software_and_drain_nothing(tmp_path):
-    cases = {
-        "network.cxi_map_failed": "cxil_map: write error",
-        "network.mpich_thread_mutex_assertion": "Assertion failed [...]: (&MPIR_THREAD_GLOBAL_ALLFUNC_MUTEX)->count == 0",
-        "network.cray_pmi_af_in_use": "[unset]:_pmi_set_af_in_use:PMI ERROR",
-    }
-    for i, (rule, line) in enumerate(cases.items()):
-        assert verdict(tmp_path, [line], f"job{i}.log") == (rule, "system_software", False, [])
+@pytest.mark.parametrize(
+    ("rule", "line"),
+    [
+        ("network.cxi_map_failed", "cxil_map: write error"),
+        (
+            "network.mpich_thread_mutex_assertion",
+            "Assertion failed [...]: (&MPIR_THREAD_GLOBAL_ALLFUNC_MUTEX)->count == 0",
+        ),
+        ("network.cray_pmi_af_in_use", "[unset]:_pmi_set_af_in_use:PMI ERROR"),
+    ],
+)
+def test_the_mpi_librarys_own_faults_are_system_software_and_drain_nothing(tmp_path, rule, line):
+    assert verdict(tmp_path, [line]) == (rule, "system_software", False, [])
 
 
 def test_a_node_pals_finds_rebooted_is_drained_and_the_job_restarted(tmp_path):
@@ -118,24 +125,29 @@ def test_a_prolog_that_hung_is_the_nodes_prolog(tmp_path):
     assert verdict(tmp_path, lines)[:3] == ("scheduler.slurm_prolog_failure", "infrastructure", True)
 
 
-def test_efa_problems_read_as_the_node_stack_or_the_clusters_set_up(tmp_path):
-    cases = {
-        "network.ofi_gdr_unavailable": (
+@pytest.mark.parametrize(
+    ("rule", "line", "category"),
+    [
+        (
+            "network.ofi_gdr_unavailable",
             "ip-10-1-2-3:1234:1290 [0] NCCL WARN NET/OFI GDR disabled on GDR-supported instance type p5.48xlarge",
             "system_software",
         ),
-        "network.efa_device_plugin_no_devices": (
+        (
+            "network.efa_device_plugin_no_devices",
             "2026/02/03 15:23:32 Error to get IB device: %v. No valid EFA devices found",
             "infrastructure",
         ),
-        "nccl.net_plugin_unloadable": (
+        (
+            "nccl.net_plugin_unloadable",
             "version `EFA_1.2' not found (required by /opt/amazon/efa/lib/libfabric.so.1) No plugin found "
             "(libnccl-net.so), using internal implementation",
             "system_software",
         ),
-    }
-    for i, (rule, (line, category)) in enumerate(cases.items()):
-        assert verdict(tmp_path, [line], f"job{i}.log") == (rule, category, False, [])
+    ],
+)
+def test_efa_problems_read_as_the_node_stack_or_the_clusters_set_up(tmp_path, rule, line, category):
+    assert verdict(tmp_path, [line]) == (rule, category, False, [])
 
 
 def test_libfabrics_tcp_provider_is_only_a_lead(tmp_path):

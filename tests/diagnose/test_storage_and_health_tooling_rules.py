@@ -9,20 +9,28 @@ each settled, except where a test says the rule reads the line otherwise."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.diagnose.logs import verdict
 
 
-def test_a_checkpoint_that_no_longer_fits_is_the_file_system_and_not_worth_a_rerun(tmp_path):
-    cases = {
-        "infra.tf_checkpoint_write_exhausted": (
+@pytest.mark.parametrize(
+    ("rule", "line"),
+    [
+        (
+            "infra.tf_checkpoint_write_exhausted",
             "InternalError (see above for traceback): Error writing (tmp) checkpoint file: "
             "/home/u/.local/share/ckpt/model.ckpt-6.tempstate97: Resource exhausted: "
-            "/home/u/.local/share/ckpt/model.ckpt-6.tempstate97"
+            "/home/u/.local/share/ckpt/model.ckpt-6.tempstate97",
         ),
-        "framework.checkpoint_write_failed": "enforce fail at inline_container.cc_595] . unexpected pos 1457862912 vs 1457862800",
-    }
-    for i, (rule, line) in enumerate(cases.items()):
-        assert verdict(tmp_path, [line], f"job{i}.log") == (rule, "infrastructure", False, [])
+        (
+            "framework.checkpoint_write_failed",
+            "enforce fail at inline_container.cc_595] . unexpected pos 1457862912 vs 1457862800",
+        ),
+    ],
+)
+def test_a_checkpoint_that_no_longer_fits_is_the_file_system_and_not_worth_a_rerun(tmp_path, rule, line):
+    assert verdict(tmp_path, [line]) == (rule, "infrastructure", False, [])
 
 
 def test_storage_without_the_call_the_job_made_fails_every_rerun(tmp_path):

@@ -54,6 +54,15 @@ def test_ranks_timing_out_in_a_collective_were_waiting_on_one_that_left_mid_trai
     assert verdict(tmp_path, lines)[0] != "framework.exit_without_destroy_process_group"
 
 
+def test_a_blocking_wait_timeout_is_a_collective_timeout_too(tmp_path):
+    blocking = (
+        "[rank4]:[E205 18:10:35.933527530 ProcessGroupNCCL.cpp:632] [Rank 4] Work WorkNCCL(SeqNum=493, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) timed out in blocking wait"
+    )
+    lines = [EXIT_WARNING.format(rank=0, time="18:00:34"), blocking, STUCK]
+    assert verdict(tmp_path, lines)[0] != "framework.exit_without_destroy_process_group"
+
+
 def test_any_root_of_its_own_speaks_before_the_exit_warning(tmp_path):
     oom = "[rank4]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     lines = [EXIT_WARNING.format(rank=0, time="18:00:34"), oom, STUCK]
