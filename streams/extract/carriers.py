@@ -47,10 +47,13 @@ _PREFIX = re.compile(
 )
 # Words with a number that are not nodes: "rank3: ...", "GPU0: ...", "epoch12: ..." (a lower-case
 # "gpu17" is a node name on many clusters). A host holds no "_" (``_PREFIX``), so "local_rank0" never
-# gets this far.
+# gets this far. Programs that put their own name first and have a digit in it are not nodes
+# either: "python3: can't open file ...", "pip3: ...", enroot's helpers ("enroot-aufs2ovlfs: failed
+# to set capabilities", SemiAnalysisAI/InferenceX#1467).
 _NOT_A_HOST = re.compile(
     r"GPU\d+|(?i:(?:rank|cuda|dev|device|task|proc|pid|tid|thread|step|epoch|iter"
     r"|iteration|layer|stage|batch|shard|line|col|error|warn|warning|info|debug)-?\d+)"
+    r"|python[\d.]*|pip\d[\d.]*|enroot-[a-z0-9-]+"
 )
 MAX_PREFIXES = 3
 

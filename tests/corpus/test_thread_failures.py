@@ -1,6 +1,6 @@
-"""``sickbay diagnose`` on 626 more real failure logs from public threads (thread-failures.jsonl).
+"""``sickbay diagnose`` on 667 more real failure logs from public threads (thread-failures.jsonl).
 
-Collected on 2026-11-30 in four rounds, on 2026-12-01 in a fifth to a tenth round, on 2026-12-03 in an eleventh to a fourteenth on 2026-12-04 in a fifteenth to a twentieth and on 2026-12-05 in a twenty-first to a twenty-sixth, from public threads the
+Collected on 2026-11-30 in four rounds, on 2026-12-01 in a fifth to a tenth round, on 2026-12-03 in an eleventh to a fourteenth on 2026-12-04 in a fifteenth to a twentieth and on 2026-12-05 in a twenty-first to a twenty-seventh, from public threads the
 82-case corpus does not use, labelled by the same conventions (tests/corpus/README.md). Each round
 was read blind first, with the rules of the rounds before it, and only then were rules written for
 its misses (category / restartable / isolate right):
@@ -29,7 +29,8 @@ its misses (category / restartable / isolate right):
 - round 23 (8 cases): 1, 3, 8 blind; 5, 7, 8 after;
 - round 24 (23 cases): 10, 17, 18 blind; 20, 21, 21 after;
 - round 25 (38 cases): 10, 11, 34 blind; 26, 24, 36 after;
-- round 26 (28 cases): 9, 15, 24 blind; 19, 23, 27 after.
+- round 26 (28 cases): 9, 15, 24 blind; 19, 23, 27 after;
+- round 27 (41 cases): 19, 24, 36 blind; 27, 29, 37 after.
 After round 4: category 103, restartable 116, isolate 155; with six rules for formats no rule knew
 and lead hints (2026-12-01, tests/corpus/README.md, docs/rules.md): category 111, restartable 120,
 isolate 156. With round 5's rules and wrapped lines read whole, the first 178 read 115 / 125 / 157,
@@ -91,7 +92,11 @@ without a call the job made, network storage's EREMOTEIO, a health check that co
 IMEX not ready and its host engine out of reach, nvidia-smi's pending row remaps, Fabric Manager's
 mismatch and mlx5's health line as web pages quote them; NCCL's internal error a catch-all behind
 its "Last error:") all 626 read 446 / 468 / 576; with a watchdog stuck after ranks warned at exit
-read as a hang in teardown (ms-swift#7992), 447 / 469 / 576.
+read as a hang in teardown (ms-swift#7992), 447 / 469 / 576; with round 27 and its rules (a Slurm
+client that could not reach its controller or a free node, EFA's failed handshake, NCCL peers on
+different socket types, UCX's queue that memlock kept from being made, Horovod's stall warning and
+NCCL's duplicate GPU as logs quote them, a PyTorch without NCCL; enroot's failed capabilities
+draining the node, as InferenceX#1467 and #1477 asked) all 667 read 474 / 498 / 614.
 The floors sit just under that; raise them when attribution improves.
 """
 
@@ -109,13 +114,13 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[Outcome]:
     return score(Path(tmp_path_factory.mktemp("threads")), THREADS)
 
 
-def test_the_thread_set_is_626_cases_apart_from_the_given_corpus(outcomes):
+def test_the_thread_set_is_667_cases_apart_from_the_given_corpus(outcomes):
     from schemas import codec
     from tests.corpus.scoring import CORPUS
 
     given = {codec.loads(line)["source_url"] for line in CORPUS.read_text().splitlines()}
     threads = [codec.loads(line) for line in THREADS.read_text().splitlines()]
-    assert len(outcomes) == len(threads) == 626
+    assert len(outcomes) == len(threads) == 667
     assert not given & {t["source_url"] for t in threads}
 
 
@@ -124,19 +129,20 @@ def test_category_accuracy_stays_above_its_floor(outcomes):
 
 
 def test_gpu_faults_are_recognised(outcomes):
-    """31 of 45. Round 19 added two no line can tell: a row-remap Xid 63 (an event NVIDIA calls
+    """31 of 46. Round 19 added two no line can tell: a row-remap Xid 63 (an event NVIDIA calls
     informational) that the team acted on, and a CI runner's GPU seen only as nvidia-smi timing out;
     round 21 a GB200 GPU whose CUDA_ERROR_ILLEGAL_INSTRUCTION (a program's fault, read alone) only
     the thread's table of runs by node tied to the hardware (marin#7956); round 24 a card whose only
     line is CUDA's "unspecified launch failure" until swapping it fixed the job (MinerU#426); round
     26 an AMD GPU whose badly seated riser showed only as a task hung in amdgpu (ROCm
-    tensorflow-upstream#180)."""
+    tensorflow-upstream#180); round 27 an NVLink bridge not seated, whose only lines are
+    all_reduce_perf's table (nccl#340), which took the floor from 0.68 to 0.67."""
     gpu = [o for o in outcomes if o.want_category == "hardware_gpu"]
-    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.68, table(outcomes)
+    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.67, table(outcomes)
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    """469 of 626. Round 22 lowered it: its cluster-tooling bugs (a controller's memory leak, a
+    """498 of 667. Round 22 lowered it: its cluster-tooling bugs (a controller's memory leak, a
     launcher's rendezvous race, Ray core crashing) read as the program's or as unexplained."""
     assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.73, table(outcomes)
 
@@ -145,8 +151,8 @@ def test_isolation_advice_stays_above_its_floor(outcomes):
     assert rate(outcomes, lambda o: o.got_isolate == o.want_isolate) >= 0.90, table(outcomes)
 
 
-def test_only_five_known_cases_isolate_a_healthy_node(outcomes):
-    """Five cases drain a node the thread labels no fault of. Any other false isolation fails here.
+def test_only_six_known_cases_isolate_a_healthy_node(outcomes):
+    """Six cases drain a node the thread labels no fault of. Any other false isolation fails here.
     - Azure's NHC failed a check on healthy nodes twice: its NVLink and P2P checks on NCv5 nodes
       whose missing links are by design (azurehpc-health-checks#162), and its NCCL all-reduce
       bandwidth check on H100/H200 nodes because the check set its own NCCL_TOPO_FILE
@@ -162,7 +168,10 @@ def test_only_five_known_cases_isolate_a_healthy_node(outcomes):
     - An EKS image loaded the proprietary kernel module on g7 nodes whose GPUs need the open one
       (amazon-eks-ami#2769), so every GPU failed RmInitAdapter; the fix was the image's. The node
       cannot use a GPU until it boots another image, which is what a Fabric Manager or NVML mismatch
-      does too, and those are drained by both sets' labels."""
+      does too, and those are drained by both sets' labels.
+    - Cray's GPU transport layer found "no CUDA-capable device" because, after a system update,
+      srun had to be given --gpus (gafusion/gacode#363). The same words are what a node whose driver
+      is gone prints (shine-cluster#50, drained), and one rank's log cannot tell the two apart."""
     wrong = [o.id for o in outcomes if o.got_isolate and not o.want_isolate]
     assert wrong == [
         "azurehpc-health-checks-162-ncv5-nvlink-by-design",
@@ -170,11 +179,12 @@ def test_only_five_known_cases_isolate_a_healthy_node(outcomes):
         "azurehpc-nhc-142-topofile-false-fail",
         "magic-castle-361-mig-count-change-gres-inval",
         "eks-ami-2769-g7-proprietary-kmod",
+        "gacode-363-perlmutter-srun-missing-gpus",
     ], table(outcomes)
 
 
 def test_the_culprit_the_thread_names_is_named_no_less_often(outcomes):
-    """94 cases name a culprit, most in words no log line has ("the node the maintainer drained");
+    """97 cases name a culprit, most in words no log line has ("the node the maintainer drained");
     23 are named (10 before 2026-12-02; round 11 added returnn#1486's GPU, which NVML names;
     2026-12-04 the busy rank 0 that nanotron#204's other ranks timed out waiting for, round 15's
     GPU of open-gpu-kernel-modules#446, which its Xid 119 lines name, and round 17's workstation of
@@ -182,7 +192,7 @@ def test_the_culprit_the_thread_names_is_named_no_less_often(outcomes):
     ``uname`` names, and two hosts the matcher missed for want of a digit in their names, errol
     and bock; round 19's failed Slurm node (idefics tr141), its Xid 64 GPU (idefics 80B) and
     nccl#1338's node2, which their lines name; round 24's Aurora node that PALS could not reach and
-    round 25's that PALS found rebooted)."""
+    round 25's that PALS found rebooted). Round 27's three are a bridge and two hosts no line names."""
     named = [o for o in outcomes if o.want_culprit]
-    assert len(named) == 94
+    assert len(named) == 97
     assert sum(o.culprit_named for o in named) >= 23, [(o.id, o.want_culprit, o.got_culprit) for o in named]

@@ -113,9 +113,17 @@ def test_pyxiss_summary_alone_still_says_the_container_did_not_start(tmp_path):
     )
 
 
-def test_enroot_unable_to_set_capabilities_is_worth_a_rerun_and_drains_nothing(tmp_path):
-    lines = ["enroot-aufs2ovlfs: failed to set capabilities: Operation not permitted"]
-    assert verdict(tmp_path, lines) == ("infra.enroot_setcap_denied", "infrastructure", True, [])
+def test_a_node_where_enroot_cannot_set_capabilities_is_drained_and_the_job_rerun(tmp_path):
+    """InferenceX#1467 and #1477: every job sent to one node failed so, the image fine elsewhere. The
+    program's name in front of the line is not taken for the node; pdsh's is."""
+    lines = ["chi-mi325x-pod1-121: enroot-aufs2ovlfs: failed to set capabilities: Operation not permitted"]
+    assert verdict_and_culprit(tmp_path, lines) == (
+        "infra.enroot_setcap_denied",
+        "infrastructure",
+        True,
+        ["chi-mi325x-pod1-121"],
+        "chi-mi325x-pod1-121",
+    )
 
 
 def test_a_prolog_that_hung_is_the_nodes_prolog(tmp_path):

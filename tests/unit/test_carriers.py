@@ -98,6 +98,8 @@ def test_a_carrier_prefix_comes_off_and_pdsh_names_the_node(text: str, rest: str
         "node23:12098:12141 [2] NCCL INFO Bootstrap",  # NCCL's own host:pid:tid prefix
         "  exitcode  : 1 (pid: 42)",
         "[rank0]: Traceback (most recent call last):",
+        "python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory",
+        "enroot-aufs2ovlfs: failed to set capabilities: Operation not permitted",
         "",
     ],
 )
