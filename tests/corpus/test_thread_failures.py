@@ -1,6 +1,6 @@
-"""``sickbay diagnose`` on 667 more real failure logs from public threads (thread-failures.jsonl).
+"""``sickbay diagnose`` on 684 more real failure logs from public threads (thread-failures.jsonl).
 
-Collected on 2026-11-30 in four rounds, on 2026-12-01 in a fifth to a tenth round, on 2026-12-03 in an eleventh to a fourteenth on 2026-12-04 in a fifteenth to a twentieth and on 2026-12-05 in a twenty-first to a twenty-seventh, from public threads the
+Collected on 2026-11-30 in four rounds, on 2026-12-01 in a fifth to a tenth round, on 2026-12-03 in an eleventh to a fourteenth on 2026-12-04 in a fifteenth to a twentieth and on 2026-12-05 in a twenty-first to a twenty-eighth, from public threads the
 82-case corpus does not use, labelled by the same conventions (tests/corpus/README.md). Each round
 was read blind first, with the rules of the rounds before it, and only then were rules written for
 its misses (category / restartable / isolate right):
@@ -30,7 +30,8 @@ its misses (category / restartable / isolate right):
 - round 24 (23 cases): 10, 17, 18 blind; 20, 21, 21 after;
 - round 25 (38 cases): 10, 11, 34 blind; 26, 24, 36 after;
 - round 26 (28 cases): 9, 15, 24 blind; 19, 23, 27 after;
-- round 27 (41 cases): 19, 24, 36 blind; 27, 29, 37 after.
+- round 27 (41 cases): 19, 24, 36 blind; 27, 29, 37 after;
+- round 28 (17 cases): 5, 11, 15 blind; 9, 11, 15 after.
 After round 4: category 103, restartable 116, isolate 155; with six rules for formats no rule knew
 and lead hints (2026-12-01, tests/corpus/README.md, docs/rules.md): category 111, restartable 120,
 isolate 156. With round 5's rules and wrapped lines read whole, the first 178 read 115 / 125 / 157,
@@ -96,7 +97,10 @@ read as a hang in teardown (ms-swift#7992), 447 / 469 / 576; with round 27 and i
 client that could not reach its controller or a free node, EFA's failed handshake, NCCL peers on
 different socket types, UCX's queue that memlock kept from being made, Horovod's stall warning and
 NCCL's duplicate GPU as logs quote them, a PyTorch without NCCL; enroot's failed capabilities
-draining the node, as InferenceX#1467 and #1477 asked) all 667 read 474 / 498 / 614.
+draining the node, as InferenceX#1467 and #1477 asked) all 667 read 474 / 498 / 614; with round 28
+and its rules (ROCm aborting a faulted kernel's queue, HIP's error 218, pyxis unable to create the
+container's file system, and a busy GPU in exclusive mode read as the job's own placement) all 684
+read 484 / 509 / 629.
 The floors sit just under that; raise them when attribution improves.
 """
 
@@ -114,13 +118,13 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[Outcome]:
     return score(Path(tmp_path_factory.mktemp("threads")), THREADS)
 
 
-def test_the_thread_set_is_667_cases_apart_from_the_given_corpus(outcomes):
+def test_the_thread_set_is_684_cases_apart_from_the_given_corpus(outcomes):
     from schemas import codec
     from tests.corpus.scoring import CORPUS
 
     given = {codec.loads(line)["source_url"] for line in CORPUS.read_text().splitlines()}
     threads = [codec.loads(line) for line in THREADS.read_text().splitlines()]
-    assert len(outcomes) == len(threads) == 667
+    assert len(outcomes) == len(threads) == 684
     assert not given & {t["source_url"] for t in threads}
 
 
@@ -129,20 +133,22 @@ def test_category_accuracy_stays_above_its_floor(outcomes):
 
 
 def test_gpu_faults_are_recognised(outcomes):
-    """31 of 46. Round 19 added two no line can tell: a row-remap Xid 63 (an event NVIDIA calls
+    """31 of 47. Round 19 added two no line can tell: a row-remap Xid 63 (an event NVIDIA calls
     informational) that the team acted on, and a CI runner's GPU seen only as nvidia-smi timing out;
     round 21 a GB200 GPU whose CUDA_ERROR_ILLEGAL_INSTRUCTION (a program's fault, read alone) only
     the thread's table of runs by node tied to the hardware (marin#7956); round 24 a card whose only
     line is CUDA's "unspecified launch failure" until swapping it fixed the job (MinerU#426); round
     26 an AMD GPU whose badly seated riser showed only as a task hung in amdgpu (ROCm
     tensorflow-upstream#180); round 27 an NVLink bridge not seated, whose only lines are
-    all_reduce_perf's table (nccl#340), which took the floor from 0.68 to 0.67."""
+    all_reduce_perf's table (nccl#340); round 28 a GPU whose failing HBM a reporter describes in
+    prose, quoting its Xids rather than the kernel's lines (vllm-backport#62). The two took the floor
+    from 0.68 to 0.65."""
     gpu = [o for o in outcomes if o.want_category == "hardware_gpu"]
-    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.67, table(outcomes)
+    assert rate(gpu, lambda o: o.got_category == "hardware_gpu") >= 0.65, table(outcomes)
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    """498 of 667. Round 22 lowered it: its cluster-tooling bugs (a controller's memory leak, a
+    """509 of 684. Round 22 lowered it: its cluster-tooling bugs (a controller's memory leak, a
     launcher's rendezvous race, Ray core crashing) read as the program's or as unexplained."""
     assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.73, table(outcomes)
 
@@ -184,7 +190,7 @@ def test_only_six_known_cases_isolate_a_healthy_node(outcomes):
 
 
 def test_the_culprit_the_thread_names_is_named_no_less_often(outcomes):
-    """97 cases name a culprit, most in words no log line has ("the node the maintainer drained");
+    """100 cases name a culprit, most in words no log line has ("the node the maintainer drained");
     23 are named (10 before 2026-12-02; round 11 added returnn#1486's GPU, which NVML names;
     2026-12-04 the busy rank 0 that nanotron#204's other ranks timed out waiting for, round 15's
     GPU of open-gpu-kernel-modules#446, which its Xid 119 lines name, and round 17's workstation of
@@ -192,7 +198,8 @@ def test_the_culprit_the_thread_names_is_named_no_less_often(outcomes):
     ``uname`` names, and two hosts the matcher missed for want of a digit in their names, errol
     and bock; round 19's failed Slurm node (idefics tr141), its Xid 64 GPU (idefics 80B) and
     nccl#1338's node2, which their lines name; round 24's Aurora node that PALS could not reach and
-    round 25's that PALS found rebooted). Round 27's three are a bridge and two hosts no line names."""
+    round 25's that PALS found rebooted). Round 27's three are a bridge and two hosts no line names, round 28's a GPU and three
+    hosts."""
     named = [o for o in outcomes if o.want_culprit]
-    assert len(named) == 97
+    assert len(named) == 100
     assert sum(o.culprit_named for o in named) >= 23, [(o.id, o.want_culprit, o.got_culprit) for o in named]
