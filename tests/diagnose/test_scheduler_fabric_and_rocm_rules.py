@@ -1,11 +1,13 @@
-"""Formats the thread set's rounds 27 and 28 taught: a Slurm client that got no answer, fabric
+"""Formats the thread set's rounds 27 to 29 taught: a Slurm client that got no answer, fabric
 set-ups that disagree between nodes or with the cloud's security group, ranks that share a GPU or
-submit different tensors, a PyTorch without NCCL, and ROCm's faults and missing kernels.
+submit different tensors, a PyTorch without NCCL, ROCm's faults and missing kernels, and SageMaker
+without capacity.
 
 The lines are the threads' own (ai-dynamo/nixl#2085 and #2253, gardener-extension-provider-aws#1832,
 NVIDIA/nccl-tests#188, NVIDIA/cudf-spark#7632, horovod#100, whwu95/Cap4Video#37, ROCm/aiter#1143,
-ROCm/rocm-systems#2805, SemiAnalysisAI/InferenceX#1498, BUTSpeechFIT/safe_gpu#1); the verdict is
-what each settled, except where a test says the rule reads the line otherwise."""
+ROCm/rocm-systems#2805, SemiAnalysisAI/InferenceX#1498, BUTSpeechFIT/safe_gpu#1,
+aws/deep-learning-containers#1075); the verdict is what each settled, except where a test says the
+rule reads the line otherwise."""
 
 from __future__ import annotations
 
@@ -109,3 +111,14 @@ def test_hip_error_218_is_a_library_built_without_the_gpus_target(tmp_path):
 def test_pyxis_unable_to_create_the_container_file_system_is_the_nodes_container_set_up(tmp_path):
     lines = ["slurmstepd: error: pyxis: failed to create container filesystem"]
     assert verdict(tmp_path, lines) == ("infra.container_start_failed", "infrastructure", False, [])
+
+
+def test_sagemaker_without_capacity_is_the_regions_and_worth_a_retry(tmp_path):
+    """The SageMaker SDK wraps the reason in an exception line that the generic rule would read as the
+    program's (aws/deep-learning-containers#1075)."""
+    lines = [
+        "E           sagemaker.exceptions.UnexpectedStatusException: Error for Training job "
+        "test-tf-smdataparallel-1619652004-96b6: Failed. Reason: CapacityError: Unable to provision requested ML "
+        "compute capacity. Please retry using a different ML instance type."
+    ]
+    assert verdict(tmp_path, lines) == ("infra.sagemaker_capacity", "infrastructure", True, [])
