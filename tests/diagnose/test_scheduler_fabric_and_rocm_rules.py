@@ -1,13 +1,13 @@
-"""Formats the thread set's rounds 27 to 29 taught: a Slurm client that got no answer, fabric
+"""Formats the thread set's rounds 27 to 30 taught: a Slurm client that got no answer, fabric
 set-ups that disagree between nodes or with the cloud's security group, ranks that share a GPU or
-submit different tensors, a PyTorch without NCCL, ROCm's faults and missing kernels, and SageMaker
-without capacity.
+submit different tensors, a PyTorch without NCCL, ROCm's faults and missing kernels, SageMaker
+without capacity, and ranks that see no GPU.
 
 The lines are the threads' own (ai-dynamo/nixl#2085 and #2253, gardener-extension-provider-aws#1832,
 NVIDIA/nccl-tests#188, NVIDIA/cudf-spark#7632, horovod#100, whwu95/Cap4Video#37, ROCm/aiter#1143,
 ROCm/rocm-systems#2805, SemiAnalysisAI/InferenceX#1498, BUTSpeechFIT/safe_gpu#1,
-aws/deep-learning-containers#1075); the verdict is what each settled, except where a test says the
-rule reads the line otherwise."""
+aws/deep-learning-containers#1075, determined-ai/determined#4297); the verdict is what each settled,
+except where a test says the rule reads the line otherwise."""
 
 from __future__ import annotations
 
@@ -122,3 +122,9 @@ def test_sagemaker_without_capacity_is_the_regions_and_worth_a_retry(tmp_path):
         "compute capacity. Please retry using a different ML instance type."
     ]
     assert verdict(tmp_path, lines) == ("infra.sagemaker_capacity", "infrastructure", True, [])
+
+
+def test_an_nccl_group_where_no_gpu_is_visible_is_the_launchers_environment(tmp_path):
+    """determined-ai/determined#4297: the launcher did not pass LD_LIBRARY_PATH on to DeepSpeed's ranks."""
+    lines = ["[rank=0] RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!"]
+    assert verdict(tmp_path, lines) == ("infra.nccl_no_gpu_visible", "infrastructure", False, [])
