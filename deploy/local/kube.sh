@@ -210,7 +210,7 @@ EOF
 port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/${HOST}/$1" 2>/dev/null; }
 
 read_pid() {
-    [[ -f "$1" ]] && tr -dc '0-9' <"$1" || true
+    if [[ -f "$1" ]]; then tr -dc '0-9' <"$1" || true; fi
 }
 
 # $1 pid, $2 a string our command line must contain (guards against PID reuse).
@@ -322,7 +322,7 @@ start_apiserver() {
 # Apply the CRDs with plain HTTPS calls (no kubectl on this machine; the apiserver reads YAML bodies): create when absent, then
 # wait for the Established condition so tests never race the discovery refresh.
 apply_crds() {
-    local f name body code base="https://${HOST}:${PORT}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    local f name code base="https://${HOST}:${PORT}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     local c=(curl -sS --max-time 10 --cacert "${KUBE_DIR}/ca.crt" --cert "${KUBE_DIR}/admin.crt" --key "${KUBE_DIR}/admin.key")
     for f in "${CRD_DIR}"/*.yaml; do
         # metadata.name is the first two-space-indented `name:` (the CRD files keep that layout).

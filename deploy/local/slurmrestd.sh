@@ -72,16 +72,22 @@ cmd_up() {
     log "starting slurmrestd on unix:$SOCK (rest_auth/local, openapi/v0.0.38)"
     SLURMRESTD_SECURITY=disable_user_check setsid /usr/sbin/slurmrestd -a rest_auth/local -s openapi/v0.0.38 \
         "unix:$SOCK" >>"$LOG" 2>&1 </dev/null &
-    echo $! >"$PIDFILE"
+    local child=$!
+    echo "$child" >"$PIDFILE"
     # Usually ready in ~0.1 s. On a loaded 2-core CI host slurmctld can be slow to answer the ping that
     # slurmrestd forwards to it, so wait on a deadline rather than a count of tries.
+    # Liveness here is `kill -0` on our own child, not pid_running: until setsid has exec'd slurmrestd the
+    # child's comm still reads "bash" or "setsid", and taking that for an exit failed a CI run (bash reaps
+    # the child when it exits, so kill -0 does fail then).
     local wait_s="${SICKBAY_SLURMRESTD_WAIT_S:-60}"
     local deadline=$((SECONDS + wait_s))
     while ((SECONDS < deadline)); do
-        ping_ok && { log "ready (pid $(pid_running))"; return 0; }
-        pid_running >/dev/null || { log "slurmrestd exited"; break; }
+        ping_ok && { log "ready (pid $child)"; return 0; }
+        kill -0 "$child" 2>/dev/null || { log "slurmrestd exited"; break; }
         sleep 0.2
     done
+    kill -INT "$child" 2>/dev/null || true
+    rm -f "$PIDFILE"
     tail -n 20 "$LOG" >&2 || true
     log "last ping answer: $(cat "$DIR/ping.last" 2>/dev/null || echo none)"
     die "slurmrestd did not answer GET /slurm/v0.0.38/ping with 200 within ${wait_s}s"
@@ -96,7 +102,7 @@ cmd_down() {
             pid_running >/dev/null || break
             sleep 0.1
         done
-        pid_running >/dev/null && kill -KILL "$pid" 2>/dev/null || true
+        if pid_running >/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
     fi
     rm -f "$PIDFILE" "$SOCK"
 }

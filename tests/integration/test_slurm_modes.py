@@ -9,9 +9,12 @@ Jobs are named ``sickbay-act-test-*`` and cancelled afterwards; every drained no
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -356,3 +359,42 @@ def test_the_sweep_command_prints_what_it_resumed(slurm_conf, local, restore):
     assert real.returncode == 0, real.stderr
     ours = [r for r in map(codec.loads, real.stdout.splitlines()) if r["incident_id"] == "inc-cli"]
     assert [r["status"] for r in ours] == ["succeeded"] and "DRAIN" not in _node(local)["State"]
+
+
+def test_slurmrestd_up_waits_through_a_slow_start_instead_of_calling_it_an_exit(slurm_conf):
+    """A CI run failed because `up` read /proc/<pid>/comm before setsid had exec'd slurmrestd.
+
+    A `setsid` on PATH that takes a second before exec'ing the real one holds that window open; the script must
+    wait for the ping, not take the not-yet-slurmrestd comm for an exit. Its own stack dir (short, for the socket
+    path limit) shares the cluster's slurm.conf and leaves any running slurmrestd alone.
+    """
+    real_setsid = shutil.which("setsid")
+    assert real_setsid, "no setsid on PATH"
+    root = Path(tempfile.mkdtemp(prefix="sb-rd-"))
+    try:
+        (root / "stack").mkdir()
+        (root / "stack" / "slurm").symlink_to(slurm_conf.parent)
+        (root / "bin").mkdir()
+        slow = root / "bin" / "setsid"
+        slow.write_text(f'#!/bin/sh\nsleep 1\nexec {real_setsid} "$@"\n')
+        slow.chmod(0o755)
+        env = {
+            **os.environ,
+            "PATH": f"{root / 'bin'}:{os.environ['PATH']}",
+            "SICKBAY_STACK_DIR": str(root / "stack"),
+        }
+        script = [str(LOCAL / "slurmrestd.sh")]
+        up = subprocess.run(
+            ["bash", *script, "up"], capture_output=True, text=True, env=env, timeout=120, check=False
+        )
+        try:
+            assert up.returncode == 0, up.stderr
+            assert "ready (pid" in up.stderr and "exited" not in up.stderr
+            status = subprocess.run(
+                ["bash", *script, "status"], capture_output=True, text=True, env=env, check=False
+            )
+            assert status.returncode == 0, status.stdout
+        finally:
+            subprocess.run(["bash", *script, "down"], capture_output=True, env=env, timeout=60, check=False)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
