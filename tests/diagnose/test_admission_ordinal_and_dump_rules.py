@@ -1,10 +1,12 @@
-"""Formats rounds 31 and 32 of the thread set taught: a GPU index the launch never mapped, the kubelet
+"""Formats rounds 31 to 33 of the thread set taught: a GPU index the launch never mapped, the kubelet
 refusing a GPU pod at admission (and the dead GPU behind such a refusal), a stack dump of a hung job,
-Cray MPICH's CUDA IPC under per-task GPU binding, and an MPI component the image lacks.
+Cray MPICH's CUDA IPC under per-task GPU binding, an MPI component the image lacks, and JAX 0.4.26's
+backend asking a GPU before cuInit.
 
 The lines are the threads' own (ACEsuit/mace#435, zai-org/ChatGLM3#898, Lightning-AI#1540,
 kubernetes/kubernetes#130145 and #125579, NVIDIA/k8s-device-plugin#2038, pytorch/ci-infra#1057,
-deepspeedai/DeepSpeed#1969, shankar1729/jdftx#252, glotzerlab/software#120, NVIDIA/pyxis#88); the verdict is what each settled, except where a test says the rule reads the
+deepspeedai/DeepSpeed#1969, shankar1729/jdftx#252, glotzerlab/software#120, NVIDIA/pyxis#88, jax-ml/jax#20711);
+the verdict is what each settled, except where a test says the rule reads the
 line otherwise."""
 
 from __future__ import annotations
@@ -112,3 +114,13 @@ def test_a_missing_component_gives_way_to_the_pmix_init_failure_it_explains(tmp_
         "It looks like pmix_init failed for some reason; your parallel process is",
     ]
     assert verdict(tmp_path, lines)[:3] == ("infra.mpi_init_failed", "infrastructure", False)
+
+
+def test_jax_0_4_26s_backend_queried_before_cuinit_is_the_frameworks(tmp_path):
+    line = (
+        "CUDA backend failed to initialize: jaxlib/cuda/versions_helpers.cc:90: operation gpuDeviceGetAttribute( "
+        "&major, GPU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device) failed: CUDA_ERROR_NOT_INITIALIZED (Set "
+        "TF_CPP_MIN_LOG_LEVEL=0 and rerun for more info.)"
+    )
+    lines = [line, "Process 2: Global devices: [CpuDevice(id=0), CpuDevice(id=1)]"]
+    assert verdict(tmp_path, lines) == ("cuda.jax_backend_not_initialized", "application", False, [])
