@@ -1,11 +1,13 @@
-"""Formats rounds 31 to 33 of the thread set taught: a GPU index the launch never mapped, the kubelet
+"""Formats rounds 31 to 35 of the thread set taught: a GPU index the launch never mapped, the kubelet
 refusing a GPU pod at admission (and the dead GPU behind such a refusal), a stack dump of a hung job,
-Cray MPICH's CUDA IPC under per-task GPU binding, an MPI component the image lacks, and JAX 0.4.26's
-backend asking a GPU before cuInit.
+Cray MPICH's CUDA IPC under per-task GPU binding and its CXI queue running out, an MPI component the
+image lacks, JAX 0.4.26's backend asking a GPU before cuInit, a node without GPUDirect's peer-memory
+module, and UCX naming the queue memlock kept it from making.
 
 The lines are the threads' own (ACEsuit/mace#435, zai-org/ChatGLM3#898, Lightning-AI#1540,
 kubernetes/kubernetes#130145 and #125579, NVIDIA/k8s-device-plugin#2038, pytorch/ci-infra#1057,
-deepspeedai/DeepSpeed#1969, shankar1729/jdftx#252, glotzerlab/software#120, NVIDIA/pyxis#88, jax-ml/jax#20711);
+deepspeedai/DeepSpeed#1969, shankar1729/jdftx#252, glotzerlab/software#120, NVIDIA/pyxis#88, jax-ml/jax#20711,
+deepseek-ai/DeepEP#151, NVIDIA/nccl#1939, openucx/ucx#8229, Hi-PACE/hipace#1185);
 the verdict is what each settled, except where a test says the rule reads the
 line otherwise."""
 
@@ -124,3 +126,33 @@ def test_jax_0_4_26s_backend_queried_before_cuinit_is_the_frameworks(tmp_path):
     )
     lines = [line, "Process 2: Global devices: [CpuDevice(id=0), CpuDevice(id=1)]"]
     assert verdict(tmp_path, lines) == ("cuda.jax_backend_not_initialized", "application", False, [])
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "neither nv_peer_mem, or nvidia_peermem detected. Skipping transport.",
+        "cat: /sys/kernel/mm/memory_peers/nv_mem_nc/version: No such file or directory",
+    ],
+)
+def test_a_node_without_the_gpudirect_peer_memory_module_is_its_driver_stack(tmp_path, line):
+    lines = [line, "gpu-01:2330:2658 [2] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'"]
+    assert verdict(tmp_path, lines)[:3] == ("gpu.peermem_module_missing", "system_software", False)
+
+
+def test_ucxs_queue_that_memlock_kept_from_being_made_is_the_memlock_limit_with_its_size_named(tmp_path):
+    lines = [
+        "[1652739463.054681] [cn0022:4071024:0]        ib_iface.c:1035 UCX  ERROR ibv_create_cq(cqe=4096) failed: "
+        "Cannot allocate memory",
+        "[cn0022:4071024] pml_ucx.c:309  Error: Failed to create UCP worker",
+    ]
+    assert verdict(tmp_path, lines)[:3] == ("infra.memlock_limit", "infrastructure", False)
+
+
+def test_cray_mpichs_completion_queue_exhaustion_is_the_jobs_cxi_setting(tmp_path):
+    line = (
+        "PE 4: MPICH WARNING: OFI is failing to make progress on posting a receive. MPICH suspects a hang due to "
+        "completion queue exhaustion. Setting environment variable FI_CXI_DEFAULT_CQ_SIZE to a higher number might "
+        "circumvent this scenario. OFI retry continuing..."
+    )
+    assert verdict(tmp_path, [line]) == ("network.mpich_cxi_cq_exhaustion", "application", False, [])
