@@ -402,6 +402,37 @@ def _named_peer(window: IncidentWindow, topology: JobTopology | None) -> str | N
     return named.pop() if len(named) == 1 else None
 
 
+NAMED_RANK_RULE = "nccl.named_failing_rank"
+
+
+def _named_rank(
+    window: IncidentWindow, topology: JobTopology | None, place: PlaceOf | None
+) -> Culprit | None:
+    """The one rank PyTorch names as where the failure started, if every naming line agrees.
+
+    The survivors' watchdogs say ``remote error detected from rank: 5`` (the rank whose NCCL error
+    they were told of through the store); a desync report names the ranks that lagged. Two ranks
+    named, or a list of several, name nobody: the culprit is one place to look, not a guess. Its
+    node comes from where the rank runs, when the log says."""
+    tally = window.tallies.get(NAMED_RANK_RULE)
+    if tally is None:
+        return None
+    named: set[int] = set()
+    for sample in tally.samples:
+        for key in ("remote_rank", "lagging", "unfinished"):
+            value = sample.attrs.get(key)
+            if isinstance(value, int):
+                named.add(value)
+            elif isinstance(value, str) and value:
+                named.update(int(r) for r in value.split(", "))
+    if len(named) != 1:
+        return None
+    rank = named.pop()
+    world = world_size(place) if place is not None else None
+    node = _node_of_rank(rank, world, topology, place) if world is not None else None
+    return Culprit(node=node, rank=rank)
+
+
 def with_dead_peer(root: Signal, window: IncidentWindow, topology: JobTopology | None) -> Signal:
     """A training-log root nothing placed yet goes where the dead peer was.
 
@@ -464,9 +495,12 @@ def _culprit(
 ) -> Culprit | None:
     if is_cascade_root:
         # a suspect, never a verdict (nothing is isolated on a cascade): the rank every other rank
-        # waited for, else (a finished log only) the one peer every survivor says went away
-        if (silent := _silent_rank(window, topology, place)) is not None or not finished:
+        # waited for, else the one rank PyTorch itself names, else (a finished log only) the one peer
+        # every survivor says went away
+        if (silent := _silent_rank(window, topology, place)) is not None:
             return silent
+        if (named := _named_rank(window, topology, place)) is not None or not finished:
+            return named
         peer = _named_peer(window, topology)
         return Culprit(node=peer) if peer is not None else None
     if victims:
