@@ -412,13 +412,16 @@ def _named_rank(
 
     The survivors' watchdogs say ``remote error detected from rank: 5`` (the rank whose NCCL error
     they were told of through the store); a desync report names the ranks that lagged. Two ranks
-    named, or a list of several, name nobody: the culprit is one place to look, not a guess. Its
-    node comes from where the rank runs, when the log says."""
+    named, or a list of several, name nobody: the culprit is one place to look, not a guess. Only the
+    default process group's numbers are the job's ranks. Its node comes from where the rank runs, when
+    the log says."""
     tally = window.tallies.get(NAMED_RANK_RULE)
     if tally is None:
         return None
     named: set[int] = set()
     for sample in tally.samples:
+        if sample.attrs.get("pg_id") not in (None, 0):
+            continue  # another process group's rank numbers are not the job's
         for key in ("remote_rank", "lagging", "unfinished"):
             value = sample.attrs.get(key)
             if isinstance(value, int):

@@ -59,3 +59,13 @@ def test_a_rank_whose_own_error_is_in_the_log_stays_the_root_and_the_naming_chan
         *_remote_error(3, 5),
     ]
     assert verdict_and_culprit(tmp_path, lines) == ("cuda.error", "application", True, [], "rank 5")
+
+
+def test_a_remote_error_in_a_sub_groups_numbering_names_no_rank_of_the_job(tmp_path):
+    lines = [
+        "[rank9]:[E1204 10:11:12.123456789 ProcessGroupNCCL.cpp:2061] [PG ID 2 PG GUID 5(TP) Rank 1]  remote error "
+        "detected from rank: 3",
+        "[rank9]:[E1204 10:11:12.223456789 ProcessGroupNCCL.cpp:1895] [PG ID 2 PG GUID 5(TP) Rank 1] Process group "
+        "watchdog thread terminated with exception: NCCL error: remote process exited or there was a network error",
+    ]
+    assert verdict_and_culprit(tmp_path, lines)[4] is None
