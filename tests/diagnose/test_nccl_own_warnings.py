@@ -88,7 +88,7 @@ def test_ranks_that_see_different_nic_counts_point_at_a_node_that_lost_nics(tmp_
         (
             "node-2:5776:5902 [0] init.cc:800 NCCL WARN Multiple Ranks are using the same GPU/Partition. Set "
             "NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this configuration.",
-            "nccl.multi_rank_gpu",
+            "nccl.duplicate_gpu",
             "application",
         ),
         (

@@ -370,8 +370,8 @@ def test_slurmrestd_up_waits_through_a_slow_start_instead_of_calling_it_an_exit(
     """
     real_setsid = shutil.which("setsid")
     assert real_setsid, "no setsid on PATH"
-    root = Path(tempfile.mkdtemp(prefix="sb-rd-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="sb-rd-") as tmp:
+        root = Path(tmp)
         (root / "stack").mkdir()
         (root / "stack" / "slurm").symlink_to(slurm_conf.parent)
         (root / "bin").mkdir()
@@ -396,5 +396,3 @@ def test_slurmrestd_up_waits_through_a_slow_start_instead_of_calling_it_an_exit(
             assert status.returncode == 0, status.stdout
         finally:
             subprocess.run(["bash", *script, "down"], capture_output=True, env=env, timeout=60, check=False)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
