@@ -65,6 +65,8 @@ WEIGHTS: dict[str, float] = {
     "thermal": 0.10,
     "host_memory_ce": 0.10,
     "nvswitch_nonfatal": 0.15,
+    "pcie_replay": 0.15,
+    "nvlink_errors": 0.15,
 }
 SBE_PER_ERROR = 0.01
 SBE_BURST_CAP = 0.30
@@ -85,6 +87,12 @@ RULE_KIND = {
     # fabric wearing; the kernel's SXid line and Fabric Manager's own log say the same.
     "gpu.sxid_nonfatal": "nvswitch_nonfatal",
     "gpu.fm_sxid_nonfatal": "nvswitch_nonfatal",
+    "gpu.dcgm_nvswitch_nonfatal": "nvswitch_nonfatal",
+    # DCGM's passive checks over their limits: a GPU's PCIe link retrying packets, or its NVLink error
+    # counters rising. DCGM rates both ISOLATE; here they wear a node down over a few reports rather
+    # than drain it on one, since each is a rate over a threshold, not a failed part.
+    "gpu.pcie_replays": "pcie_replay",
+    "gpu.nvlink_errors": "nvlink_errors",
 }
 KIND_CATEGORY = {
     "ecc_sbe": Category.HARDWARE_GPU,
@@ -95,6 +103,8 @@ KIND_CATEGORY = {
     "link_flap": Category.HARDWARE_NETWORK,
     "host_memory_ce": Category.HARDWARE_HOST,
     "nvswitch_nonfatal": Category.HARDWARE_GPU,
+    "pcie_replay": Category.HARDWARE_GPU,
+    "nvlink_errors": Category.HARDWARE_GPU,
 }
 SBE_COUNTER = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
 REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"

@@ -210,3 +210,18 @@ def test_an_nvswitch_that_keeps_logging_non_fatal_errors_degrades_its_node():
     _, incident = nh.evaluate(many, "local", T0 + timedelta(minutes=6), CFG)
     assert incident is not None and incident.category == Category.HARDWARE_GPU
     assert incident.isolate == []
+
+
+def test_dcgm_reporting_pcie_replays_or_nvlink_errors_again_and_again_degrades_the_node():
+    for rule in ("gpu.pcie_replays", "gpu.nvlink_errors"):
+        once = fold([rule_signal(rule)])
+        assert nh.evaluate(once, "local", T0, CFG)[1] is None  # one report over a limit is a watch
+        again = fold([rule_signal(rule, i * 60.0) for i in range(6)])
+        _, incident = nh.evaluate(again, "local", T0 + timedelta(minutes=6), CFG)
+        assert incident is not None and incident.category == Category.HARDWARE_GPU, rule
+
+
+def test_dcgms_nvswitch_non_fatal_message_weighs_like_the_kernels_sxid_line():
+    dcgm = fold([rule_signal("gpu.dcgm_nvswitch_nonfatal", i * 60.0) for i in range(3)])
+    kernel = fold([rule_signal("gpu.sxid_nonfatal", i * 60.0) for i in range(3)])
+    assert nh.components(dcgm) == nh.components(kernel)

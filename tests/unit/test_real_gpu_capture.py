@@ -165,11 +165,14 @@ EXPECTED: dict[str, dict[str, int]] = {
     # in a collective, so diagnose keeps the timeout (streams/diagnose/teardown.py stays off)
     "torch_watchdog.stderr.txt": {
         "nccl.watchdog_timeout": 1,
+        # PyTorch 2.6+'s "failure detected by watchdog at work sequence id: 2" (read since 2026-12-05)
+        "nccl.watchdog_exception": 1,
         "nccl.taking_process_down": 1,
         "framework.exit_without_destroy_process_group": 1,
     },
     "torch_watchdog_nccl_info.stderr.txt": {
         "nccl.watchdog_timeout": 1,
+        "nccl.watchdog_exception": 1,
         "framework.exit_without_destroy_process_group": 1,
     },
     # NCCL INFO init lines: only where the rank runs; then the teardown
