@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 
 from streams.diagnose.driver import Diagnoser, Diagnosis, summary
@@ -10,11 +11,18 @@ from streams.diagnose.driver import Diagnoser, Diagnosis, summary
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+@cache
+def _diagnoser() -> Diagnoser:
+    """One for the whole session: building it loads and compiles the catalog, and ``run`` keeps no
+    state between files (the prefilter's memo of literal sets is the same for every run)."""
+    return Diagnoser()
+
+
 def diagnosed(tmp_path: Path, lines: list[str], name: str = "job.log") -> Diagnosis:
     """``lines`` written to ``tmp_path / name`` and diagnosed."""
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n")
-    return Diagnoser().run([str(path)], NOW)
+    return _diagnoser().run([str(path)], NOW)
 
 
 def outcome(s: dict[str, object]) -> tuple[object, ...]:

@@ -11,18 +11,14 @@ CuPy) gave no verdict at all for most names.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from functools import cache
 from pathlib import Path
 
 import pytest
 
-from streams.diagnose.driver import Diagnoser, summary
 from streams.extract.rules import load_catalog
-from tests.diagnose.logs import outcome
+from tests.diagnose.logs import verdict
 
 TABLE = Path(__file__).parents[1] / "fixtures" / "cuda" / "cudart_12_9_errors.tsv"
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _errors() -> list[tuple[int, str, str]]:
@@ -38,17 +34,6 @@ ERRORS = _errors()
 BY_NAME = {name: (code, message) for code, name, message in ERRORS}
 
 
-@cache
-def _diagnoser() -> Diagnoser:
-    return Diagnoser()
-
-
-def _verdict(tmp_path: Path, *lines: str) -> tuple[object, ...]:
-    path = tmp_path / "job.log"
-    path.write_text("\n".join(lines) + "\n")
-    return outcome(summary(_diagnoser().run([str(path)], NOW)))
-
-
 def _samples_line(code: int, name: str) -> str:
     """The CUDA samples' ``checkCudaErrors`` (helper_cuda.h): code and name, no message."""
     return f'CUDA error at train.cu:42 code={code}({name}) "cudaDeviceSynchronize()"'
@@ -62,7 +47,7 @@ def test_the_table_is_the_runtimes_whole_list():
 
 @pytest.mark.parametrize(("code", "name", "message"), ERRORS, ids=[name for _, name, _ in ERRORS])
 def test_every_runtime_message_reads_as_a_cuda_error_in_pytorchs_words(tmp_path, code, name, message):
-    rule, *_ = _verdict(tmp_path, f"RuntimeError: CUDA error: {message}")
+    rule, *_ = verdict(tmp_path, [f"RuntimeError: CUDA error: {message}"])
     assert isinstance(rule, str) and rule.startswith("cuda."), (code, name, rule)
 
 
@@ -70,22 +55,22 @@ def test_every_name_the_catalog_reads_gives_the_verdict_of_its_message(tmp_path)
     known = set(load_catalog().lookups["cuda_runtime_error"])
     read = 0
     for code, name, message in ERRORS:
-        by_name = _verdict(tmp_path, _samples_line(code, name))
+        by_name = verdict(tmp_path, [_samples_line(code, name)])
         if by_name[0] is None:
             assert name.removeprefix("cudaError") not in known, name
             continue
         read += 1
-        by_message = _verdict(tmp_path, f"RuntimeError: CUDA error: {message}")
+        by_message = verdict(tmp_path, [f"RuntimeError: CUDA error: {message}"])
         assert by_name[1:] == by_message[1:], (name, by_name, by_message)
     assert read >= len(known) + 10  # the table's names and those the specific rules read by name
 
 
 def test_pytorchs_pointer_to_the_docs_is_not_a_second_signal_for_one_error(tmp_path):
-    rule, *_ = _verdict(
-        tmp_path,
+    pointer = (
         "Search for `cudaErrorIllegalAddress' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
-        "group__CUDART__TYPES.html for more information.",
+        "group__CUDART__TYPES.html for more information."
     )
+    rule, *_ = verdict(tmp_path, [pointer])
     assert rule is None
 
 
@@ -102,8 +87,8 @@ def test_a_dying_processs_cuda_teardown_yields_to_what_killed_it(tmp_path, teard
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
         "of 79.10 GiB of which 1.06 GiB is free."
     )
-    assert _verdict(tmp_path, teardown, oom)[:3] == ("cuda.out_of_memory", "application", False)
-    assert _verdict(tmp_path, oom, teardown)[:3] == ("cuda.out_of_memory", "application", False)
+    assert verdict(tmp_path, [teardown, oom])[:3] == ("cuda.out_of_memory", "application", False)
+    assert verdict(tmp_path, [oom, teardown])[:3] == ("cuda.out_of_memory", "application", False)
 
 
 @pytest.mark.parametrize(
@@ -124,7 +109,7 @@ def test_the_nodes_cuda_setup_is_not_read_as_the_programs_fault(tmp_path, name, 
         f"gpu-02:811:870 [0] NCCL WARN Cuda failure {code} '{message}'",
         _samples_line(code, name),
     ):
-        assert _verdict(tmp_path, line)[:3] == (rule, category, restartable), line
+        assert verdict(tmp_path, [line])[:3] == (rule, category, restartable), line
 
 
 def test_nccls_own_peer_refusal_keeps_its_rule_and_device(tmp_path):
@@ -132,14 +117,14 @@ def test_nccls_own_peer_refusal_keeps_its_rule_and_device(tmp_path):
         "gpu-05:311:390 [1] transport/p2p.cc:270 NCCL WARN failed to peer with device 1(=1b000): 217 peer "
         "access is not supported between these two devices"
     )
-    assert _verdict(tmp_path, line)[:3] == ("nccl.peer_access_unsupported", "infrastructure", False)
+    assert verdict(tmp_path, [line])[:3] == ("nccl.peer_access_unsupported", "infrastructure", False)
 
 
 def test_a_library_status_after_the_cuda_error_prefix_is_not_a_runtime_message(tmp_path):
     line = "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, ...)`"
-    assert _verdict(tmp_path, line)[0] != "cuda.error"
+    assert verdict(tmp_path, [line])[0] != "cuda.error"
 
 
 def test_cupy_names_the_error_before_its_message(tmp_path):
     line = "cupy_backends.cuda.api.runtime.CUDARuntimeError: cudaErrorIllegalAddress: an illegal memory access was encountered"
-    assert _verdict(tmp_path, line)[:3] == ("cuda.runtime_api_error", "application", True)
+    assert verdict(tmp_path, [line])[:3] == ("cuda.runtime_api_error", "application", True)

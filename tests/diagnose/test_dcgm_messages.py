@@ -10,18 +10,12 @@ and NVSwitch non-fatal messages gave no signal at all.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
 from schemas import codec
 from schemas.signals import Role
-from streams.extract.extractor import Extractor
-from streams.extract.normalize import normalize
 from tests.diagnose.logs import verdict
-
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
-EXTRACTOR = Extractor()
+from tests.factories import signals
 
 BROKEN = [  # DCGM severity ISOLATE or RESET, hardware category
     ("DCGM_FR_FAULTY_MEMORY", "Found 4 faulty memory elements on GPU 3", "gpu.dcgm_memory_fault"),
@@ -110,8 +104,7 @@ WEAR = [  # what node health weighs; never a job's root by itself
 
 
 def _signals(line: str) -> list[tuple[str, Role]]:
-    record = codec.dumps({"log": line, "host": "gpu-node-17"})
-    return [(s.rule, s.role) for s in EXTRACTOR.extract(normalize(record, "gpu-node-17"), NOW)]
+    return [(s.rule, s.role) for s in signals(codec.dumps({"log": line, "host": "gpu-node-17"}))]
 
 
 @pytest.mark.parametrize(("code", "line", "rule"), BROKEN, ids=[c for c, _, _ in BROKEN])
