@@ -79,5 +79,5 @@ def test_the_stores_newer_timeout_wordings_read_like_its_socket_timeout(tmp_path
 )
 def test_a_store_socket_failing_mid_run_is_not_the_programs_fault(tmp_path, line):
     rule, category, restartable, _ = verdict(tmp_path, [line])
-    assert (rule, category, restartable) == ("infra.store_connection_lost", "unknown", True)
+    assert (rule, category, restartable) == ("infra.store_server_gone", "unknown", True)
     assert verdict(tmp_path, [line, OOM_ON_RANK0])[0] == "cuda.out_of_memory"
