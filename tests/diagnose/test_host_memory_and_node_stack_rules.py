@@ -4,7 +4,9 @@ a process dies.
 
 The shapes are real threads' (hiyouga/LLaMA-Factory#720, awslabs/amazon-eks-ami#2769,
 NVIDIA/gpu-operator#2868, ray-project/ray#14535, #60376 and #52374); the verdict is what each
-thread settled, except where a test says the rule reads the line otherwise."""
+thread settled, except where a test says the rule reads the line otherwise. The driver release that
+does not know its GPU is read from the kernel module's own message (nv.c), beside its open-module
+twin."""
 
 from __future__ import annotations
 
@@ -91,3 +93,17 @@ def test_abseils_fatal_signal_report_reads_as_the_signal_it_names(tmp_path):
     ]
     rule, category, restartable, isolate = verdict(tmp_path, lines)
     assert (rule, category, restartable, isolate) == ("framework.absl_fatal_signal", "application", True, [])
+
+
+def test_a_driver_release_that_does_not_know_the_gpu_is_the_nodes_software(tmp_path):
+    """nv.c's message, wrapped over three kernel lines as the driver prints it: the probe failure
+    after it is what it caused."""
+    lines = [
+        "Jan 12 03:14:15 gpu-07 kernel: NVRM: The NVIDIA GPU 0000:3c:00.0 (PCI ID: 10de:2d04)",
+        "Jan 12 03:14:15 gpu-07 kernel: NVRM: installed in this system is not supported by the",
+        "Jan 12 03:14:15 gpu-07 kernel: NVRM: NVIDIA 555.58.02 driver release.",
+        "Jan 12 03:14:15 gpu-07 kernel: NVRM: The NVIDIA probe routine failed for 1 device(s).",
+    ]
+    rule, category, restartable, isolate = verdict(tmp_path, lines)
+    assert (rule, category, restartable) == ("gpu.driver_unsupported_gpu", "system_software", False)
+    assert isolate == ["gpu-07"]
