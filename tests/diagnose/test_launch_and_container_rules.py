@@ -224,3 +224,27 @@ def test_an_external_service_throttling_the_start_is_worth_a_later_restart(tmp_p
         True,
         [],
     )
+
+
+def test_a_container_whose_command_is_not_in_the_image_is_the_jobs_image(tmp_path):
+    """runc's exec error, read from the runtime's own text (not a thread): the image or the job's
+    command, which a rerun starts the same way; a driver tool missing is still the node's runtime."""
+    exec_error = (
+        'Error: failed to start container "pytorch": Error response from daemon: OCI runtime create failed: '
+        'container_linux.go:349: starting container process caused "exec: \\"torchrun\\": executable file not found '
+        'in $PATH": unknown'
+    )
+    assert verdict(tmp_path, [exec_error]) == (
+        "framework.container_command_missing",
+        "application",
+        False,
+        [],
+    )
+    tool = '"nvidia-smi": executable file not found in $PATH: unknown'
+    assert verdict(tmp_path, [tool])[0] == "infra.container_driver_tools_missing"
+
+
+def test_docker_without_the_nvidia_runtime_is_the_nodes_container_stack(tmp_path):
+    line = 'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'
+    rule, category, restartable, _ = verdict(tmp_path, [line])
+    assert (rule, category, restartable) == ("cuda.container_gpu_init_failed", "system_software", True)
