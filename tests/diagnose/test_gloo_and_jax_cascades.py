@@ -3,7 +3,8 @@ waited for a peer, so it is a cascade behind the peer's own failure, never the c
 
 Gloo's "Timed out waiting Nms for recv operation to complete" (unbound_buffer.cc) and JAX's
 coordination service losing a task's heartbeat are the shapes real jobs print (CosyVoice#297 and
-jax#23599 in the thread set)."""
+jax#23599 in the thread set). NVRx's rank monitor timing out a rank's heartbeat is the same kind of
+report, read from its own source (rank_monitor_server.py)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,15 @@ def test_jaxs_lost_task_heartbeat_is_a_cascade_behind_the_tasks_own_error(tmp_pa
         JAX,
     ]
     assert verdict(tmp_path, lines)[1] == "application"
+
+
+def test_nvrx_timing_out_a_hung_rank_is_a_cascade_naming_the_rank(tmp_path):
+    """NVRx's rank monitor (rank_monitor_server.py) times out every rank of a hung job: the rank it
+    names is where the hang was seen, and a root beside it (here an Xid) is the cause."""
+    timeout = (
+        "[2025-03-04 10:11:12,345] [WARNING] [RankMonServer48213@gpu-node-07:17] Did not get subsequent heartbeat. "
+        "Waited 2700.00 seconds."
+    )
+    assert verdict(tmp_path, [timeout]) == ("framework.nvrx_rank_timeout", "unknown", True, [])
+    xid = "[ 1843.308145] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+    assert verdict(tmp_path, [timeout, xid])[:2] == ("gpu.xid", "hardware_gpu")
