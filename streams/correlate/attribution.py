@@ -436,6 +436,28 @@ def _named_rank(
     return Culprit(node=node, rank=rank)
 
 
+PMIX_FENCE_RULE = "infra.pmix_collective_timeout"
+PMIX_WAITING_RULE = "infra.pmix_waiting_on"
+
+
+def _pmix_waited_on(window: IncidentWindow) -> Culprit | None:
+    """The one node Slurm's PMIx fence was still waiting for, if every ``wait contrib`` line names
+    the same single host. The stepd that logged the timeout is one that arrived, so it is never the
+    suspect; a hostlist of several nodes, or lines that disagree, name nobody."""
+    tally = window.tallies.get(PMIX_WAITING_RULE)
+    if tally is None:
+        return None
+    named: set[str] = set()
+    for sample in tally.samples:
+        value = sample.attrs.get("waiting")
+        if not isinstance(value, str) or value in ("", "-"):
+            continue
+        if "[" in value or "," in value:
+            return None  # a hostlist of several nodes
+        named.add(value)
+    return Culprit(node=named.pop()) if len(named) == 1 else None
+
+
 def with_dead_peer(root: Signal, window: IncidentWindow, topology: JobTopology | None) -> Signal:
     """A training-log root nothing placed yet goes where the dead peer was.
 
@@ -508,6 +530,8 @@ def _culprit(
         return Culprit(node=peer) if peer is not None else None
     if victims:
         return None  # the rank that reported the barrier's timeout is one that arrived
+    if root.rule == PMIX_FENCE_RULE:
+        return _pmix_waited_on(window)  # likewise the stepd that logged the fence's timeout
     return Culprit(node=root.node, gpu=root.gpu, rank=root.rank)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.diagnose.logs import verdict
+from tests.diagnose.logs import verdict, verdict_and_culprit
 
 OOM = (
     "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity "
@@ -102,3 +102,18 @@ def test_processes_the_cgroup_could_not_kill_read_like_stepd_terminated(tmp_path
 def test_newer_slurms_stepid_memory_kill_is_the_jobs_request(tmp_path, kind):
     line = f"slurmstepd: error: StepId=4242.0 exceeded {kind} limit (34359738368 > 32212254720), being killed"
     assert verdict(tmp_path, [line])[:3] == ("host.slurm_memory_limit", "application", False)
+
+
+def test_a_pmix_fence_timeout_names_the_one_node_it_was_still_waiting_for(tmp_path):
+    """The stepd that logs the timeout is one that arrived: the suspect is the node the fence's
+    ``wait contrib`` line names, and nobody when it names several (a hostlist) or none."""
+    fence = (
+        "slurmstepd: error:  mpi/pmix_v4: pmixp_coll_ring_reset_if_to: gpu-node-17 [1]: pmixp_coll_ring.c:742: "
+        "0x1549a8003c10: collective timeout seq=0"
+    )
+    state = "slurmstepd: error:  mpi/pmix_v4: pmixp_coll_ring_log: gpu-node-17 [1]: pmixp_coll_ring.c:835: \t\t wait contrib: "
+    got = verdict_and_culprit(tmp_path, [fence, state + "gpu-node-23"])
+    assert got[:4] == ("infra.pmix_collective_timeout", "infrastructure", True, [])
+    assert "gpu-node-23" in str(got[4])
+    assert verdict_and_culprit(tmp_path, [fence, state + "gpu-node-[23-24]"])[4] is None
+    assert verdict_and_culprit(tmp_path, [fence])[4] is None
