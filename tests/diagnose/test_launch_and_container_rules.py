@@ -11,6 +11,8 @@ named at each test below)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.diagnose.logs import verdict
 
 PYXIS = [
@@ -248,3 +250,20 @@ def test_docker_without_the_nvidia_runtime_is_the_nodes_container_stack(tmp_path
     line = 'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'
     rule, category, restartable, _ = verdict(tmp_path, [line])
     assert (rule, category, restartable) == ("cuda.container_gpu_init_failed", "system_software", True)
+
+
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        "subprocess.CalledProcessError: Command '['/opt/conda/bin/python', '-m', 'torch.distributed.run', "
+        "'--nproc_per_node', '8', 'train.py']' returned non-zero exit status 1.",
+        "subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=0']' died with "
+        "<Signals.SIGKILL: 9>.",
+    ],
+)
+def test_a_launchers_subprocess_failure_is_a_cascade_like_childfailederror(tmp_path, wrapper):
+    """Python's subprocess reporting that the training command it ran failed: the child's own error,
+    printed above it, is the root; alone it says only that something failed."""
+    assert verdict(tmp_path, [wrapper]) == ("framework.subprocess_failed", "unknown", True, [])
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert verdict(tmp_path, [oom, wrapper])[0] == "cuda.out_of_memory"
