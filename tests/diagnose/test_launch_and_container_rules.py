@@ -267,3 +267,14 @@ def test_a_launchers_subprocess_failure_is_a_cascade_like_childfailederror(tmp_p
     assert verdict(tmp_path, [wrapper]) == ("framework.subprocess_failed", "unknown", True, [])
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
     assert verdict(tmp_path, [oom, wrapper])[0] == "cuda.out_of_memory"
+
+
+def test_a_spawned_worker_that_died_is_a_cascade_and_a_sigkill_alone_the_hosts_memory(tmp_path):
+    """torch.multiprocessing.spawn's report of a child's end reads as torchelastic's exit code line:
+    behind the child's own error, and a SIGKILL alone as the OOM killer's (acumen#4)."""
+    exited = "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit code 1"
+    assert verdict(tmp_path, [exited]) == ("framework.worker_process_died", "unknown", True, [])
+    killed = "torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGKILL"
+    assert verdict(tmp_path, [killed]) == ("framework.worker_process_died", "application", False, [])
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert verdict(tmp_path, [oom, killed])[0] == "cuda.out_of_memory"
