@@ -118,7 +118,8 @@ module missing, UCX's queue with its size named read as memlock, Cray MPICH's CX
 all 764 read 533 / 568 / 705. Reading HIP's own messages as CUDA's (2026-12-05, from ROCm's texts, no
 new round) moved two: WarpX#6542's "no ROCm-capable device is detected" is the job's device
 visibility, as the thread settled, and sglang#24011's HIP error now reads as CUDA's would (still not
-the ROCm bug the thread found): 534 / 569 / 705.
+the ROCm bug the thread found): 534 / 569 / 705. Ray's task-on-a-dead-node line read as the node Ray
+marked dead (marin#2377: its node named, restartable): 534 / 570 / 705.
 The floors sit just under that; raise them when attribution improves.
 """
 
@@ -170,7 +171,7 @@ def test_gpu_faults_are_recognised(outcomes):
 
 
 def test_restartability_stays_above_its_floor(outcomes):
-    """569 of 764. Round 22 lowered it: its cluster-tooling bugs (a controller's memory leak, a
+    """570 of 764. Round 22 lowered it: its cluster-tooling bugs (a controller's memory leak, a
     launcher's rendezvous race, Ray core crashing) read as the program's or as unexplained."""
     assert rate(outcomes, lambda o: o.got_restartable == o.want_restartable) >= 0.73, table(outcomes)
 
@@ -213,7 +214,7 @@ def test_only_six_known_cases_isolate_a_healthy_node(outcomes):
 
 def test_the_culprit_the_thread_names_is_named_no_less_often(outcomes):
     """103 cases name a culprit, most in words no log line has ("the node the maintainer drained");
-    25 are named (10 before 2026-12-02; round 11 added returnn#1486's GPU, which NVML names;
+    26 are named (10 before 2026-12-02; round 11 added returnn#1486's GPU, which NVML names;
     2026-12-04 the busy rank 0 that nanotron#204's other ranks timed out waiting for, round 15's
     GPU of open-gpu-kernel-modules#446, which its Xid 119 lines name, and round 17's workstation of
     pytorch#73790, which its NCCL lines name; later that day madgraph4gpu#996's host, which its pasted
@@ -222,7 +223,8 @@ def test_the_culprit_the_thread_names_is_named_no_less_often(outcomes):
     nccl#1338's node2, which their lines name; round 24's Aurora node that PALS could not reach and
     round 25's that PALS found rebooted). Round 27's three are a bridge and two hosts no line names, round 28's a GPU and three
     hosts; round 31's cn110 (trixie#55) its kernel lines name, and a host that rebooted (vllm#2692)
-    none does; round 32's node08, which nccl#328's NCCL lines name."""
+    none does; round 32's node08, which nccl#328's NCCL lines name; 2026-12-05 marin#2377's Ray node,
+    which Ray's "Task failed because the node it was running on is dead" line names."""
     named = [o for o in outcomes if o.want_culprit]
     assert len(named) == 103
-    assert sum(o.culprit_named for o in named) >= 25, [(o.id, o.want_culprit, o.got_culprit) for o in named]
+    assert sum(o.culprit_named for o in named) >= 26, [(o.id, o.want_culprit, o.got_culprit) for o in named]

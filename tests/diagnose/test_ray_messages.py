@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.diagnose.logs import verdict
+from tests.diagnose.logs import verdict, verdict_and_culprit
 
 CUDA_OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
@@ -141,3 +141,15 @@ def test_a_runtime_environment_that_cannot_be_built_is_the_jobs_environment(tmp_
 )
 def test_an_actor_or_raylet_ended_on_purpose_says_nothing(tmp_path, line):
     assert verdict(tmp_path, [line]) == (None, "unknown", True, [])
+
+
+def test_a_task_that_failed_because_its_node_died_names_that_node(tmp_path):
+    """normal_task_submitter.cc's text names the dead node's address, as the GCS's marked-dead line
+    does: the node is the culprit, nothing is drained on Ray's word alone."""
+    line = (
+        "RuntimeError: Job 139393033556432 failed: Task failed because the node it was running on is dead or "
+        "unavailable. Node IP: 10.48.75.241, node ID: 97d5a2526a8e8ccc56f29e1a8d9c03b108f4e9950ebfa00fa469bb3e."
+    )
+    got = verdict_and_culprit(tmp_path, [line])
+    assert got[:4] == ("scheduler.ray_node_dead", "unknown", True, [])
+    assert "10.48.75.241" in str(got[4])
