@@ -81,3 +81,22 @@ def test_a_store_socket_failing_mid_run_is_not_the_programs_fault(tmp_path, line
     rule, category, restartable, _ = verdict(tmp_path, [line])
     assert (rule, category, restartable) == ("infra.store_server_gone", "unknown", True)
     assert verdict(tmp_path, [line, OOM_ON_RANK0])[0] == "cuda.out_of_memory"
+
+
+def test_a_rendezvous_whose_state_cannot_be_read_is_the_store_like_a_lost_connection(tmp_path):
+    state = (
+        "torch.distributed.elastic.rendezvous.api.RendezvousStateError: The state of the rendezvous could not be "
+        "determined."
+    )
+    connection = (
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has "
+        "failed. See inner exception for details."
+    )
+    assert verdict(tmp_path, [state]) == verdict(tmp_path, [connection])
+
+
+def test_a_rendezvous_another_agent_closed_is_a_cascade_behind_that_nodes_failure(tmp_path):
+    closed = "torch.distributed.elastic.rendezvous.api.RendezvousClosedError"
+    assert verdict(tmp_path, [closed]) == ("framework.rendezvous_closed", "unknown", True, [])
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert verdict(tmp_path, [oom, closed])[0] == "cuda.out_of_memory"
