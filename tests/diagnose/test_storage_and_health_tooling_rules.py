@@ -5,7 +5,9 @@ The shapes are real threads' (mozilla/DeepSpeech#374, huggingface/pytorch-image-
 pesser/edflow#92, JarodMica/StyleTTS-WebUI#18, Azure/az-hop#1796, aws/eks-node-monitoring-agent#63,
 NVIDIA/aicr#2641, aws/containers-roadmap#2555, leptonai/gpud#80, NVIDIA/nvtrust#55,
 EvolvingLMMs-Lab/open-r1-multimodal#7, a CSDN post on an overheated BlueField-2); the verdict is what
-each settled, except where a test says the rule reads the line otherwise."""
+each settled, except where a test says the rule reads the line otherwise. LNet's errors and the
+errno values of an evicted or unreachable network file system are read from their sources' own
+texts, not a thread."""
 
 from __future__ import annotations
 
@@ -133,3 +135,24 @@ def test_ncclS_internal_error_alone_is_still_ncclS(tmp_path):
         "please report this issue to the NCCL developers, NCCL version 2.18.1"
     ]
     assert verdict(tmp_path, lines) == ("nccl.internal_error", "system_software", False, [])
+
+
+def test_lnet_dropping_a_lustre_clients_traffic_is_the_storage_fabric_not_the_program(tmp_path):
+    """LNet's errors end in "Error:" like a Python exception; they are the Lustre network's."""
+    line = (
+        "Jan 12 03:14:15 gpu-07 kernel: LNetError: 1234:0:(o2iblnd_cb.c:3420:kiblnd_check_conns()) Timed out RDMA "
+        "with 10.0.0.5@o2ib (56): c: 0, oc: 0, rc: 8"
+    )
+    rule, category, restartable, _ = verdict(tmp_path, [line])
+    assert (rule, category, restartable) == ("infra.lustre_error", "infrastructure", True)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "OSError: [Errno 108] Cannot send after transport endpoint shutdown: '/lustre/scratch/ckpt/step_1000'",
+        "OSError: [Errno 112] Host is down: '/mnt/cifs/data/shard-00017.tar'",
+    ],
+)
+def test_an_evicted_or_unreachable_network_file_system_is_the_storage(tmp_path, line):
+    assert verdict(tmp_path, [line]) == ("infra.remote_io_error", "infrastructure", True, [])
